@@ -1,0 +1,58 @@
+"""Environment options: the single source of truth for every env flag.
+
+The trainer's config (``ppo_lstm.config.TrainConfig``) nests this dataclass, and
+the command-line flags are generated from these fields, their defaults and the
+``help`` text in each field's metadata.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MARKETS: tuple[str, ...] = ("gbm", "ou", "regime", "jump", "garch", "mixed")
+
+
+@dataclass
+class EnvConfig:
+    """Options of one trading environment (shared by the single and vector envs)."""
+
+    market: str = field(
+        default="mixed",
+        metadata={"help": "simulated market when no --data is used", "choices": MARKETS},
+    )
+    window: int = field(default=32, metadata={"help": "bars of normalised log returns in each observation"})
+    episode_length: int = field(default=128, metadata={"help": "decisions (bars) per episode"})
+    max_position: int = field(default=1, metadata={"help": "largest position K in lots; actions are -K..+K"})
+    no_short: bool = field(default=False, metadata={"help": "allow only long or flat positions (0..K)"})
+    fee_bps: float = field(default=1.0, metadata={"help": "proportional fee per traded notional, basis points"})
+    slippage_bps: float = field(default=1.0, metadata={"help": "adverse fill slippage, basis points"})
+    initial_cash: float = field(default=10_000.0, metadata={"help": "starting equity in dollars"})
+    reward_scale: float = field(
+        default=100.0, metadata={"help": "reward = change in equity / initial cash * this (100: percent)"}
+    )
+
+    @property
+    def num_actions(self) -> int:
+        """Size of the discrete action space: 2K+1 with shorting, K+1 without."""
+        return self.max_position + 1 if self.no_short else 2 * self.max_position + 1
+
+    @property
+    def obs_dim(self) -> int:
+        """Observation length: window returns + position, unrealised PnL, time in position."""
+        return self.window + 3
+
+    def validate(self) -> None:
+        """Raise ValueError with a one-line, fix-it message for an impossible setting."""
+        if self.market not in MARKETS:
+            raise ValueError(f"--market {self.market!r} is unknown; choose one of {', '.join(MARKETS)}")
+        for name in ("window", "episode_length", "max_position"):
+            value = getattr(self, name)
+            if value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        for name in ("fee_bps", "slippage_bps"):
+            value = getattr(self, name)
+            if value < 0 or value != value:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {value}")
+        if not self.initial_cash > 0:
+            raise ValueError(f"--initial-cash must be > 0, got {self.initial_cash}")
+        if not self.reward_scale > 0:
+            raise ValueError(f"--reward-scale must be > 0, got {self.reward_scale}")
