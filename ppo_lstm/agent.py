@@ -1,0 +1,86 @@
+"""Recurrent actor-critic: MLP encoder -> LSTM -> categorical policy head and value head.
+
+Shapes: T time steps, B env sequences, D observation size, H LSTM size, A actions.
+The LSTM state is a pair ``(h, c)``, each ``[1, B, H]``.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+LSTMState = tuple[Tensor, Tensor]
+
+
+def _orthogonal(layer: nn.Linear, gain: float) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class RecurrentActorCritic(nn.Module):
+    """Shared MLP encoder and LSTM trunk with separate policy and value heads.
+
+    Orthogonal init: gain sqrt(2) for the encoder, 1 for the LSTM weights, 0.01 for
+    the policy head, 1 for the value head; every bias is 0.
+    """
+
+    def __init__(self, obs_dim: int, num_actions: int, hidden_size: int = 64, lstm_size: int = 64) -> None:
+        super().__init__()
+        self.lstm_size = lstm_size
+        self.encoder = nn.Sequential(
+            _orthogonal(nn.Linear(obs_dim, hidden_size), math.sqrt(2)),
+            nn.Tanh(),
+            _orthogonal(nn.Linear(hidden_size, hidden_size), math.sqrt(2)),
+            nn.Tanh(),
+        )
+        self.lstm = nn.LSTM(hidden_size, lstm_size)
+        for name, param in self.lstm.named_parameters():
+            if "bias" in name:
+                nn.init.zeros_(param)
+            else:
+                nn.init.orthogonal_(param, 1.0)
+        self.policy_head = _orthogonal(nn.Linear(lstm_size, num_actions), 0.01)
+        self.value_head = _orthogonal(nn.Linear(lstm_size, 1), 1.0)
+
+    def initial_state(self, batch: int, device: torch.device | str = "cpu") -> LSTMState:
+        """Zero LSTM state ``(h, c)``, each ``[1, B, H]``."""
+        zeros = torch.zeros(1, batch, self.lstm_size, device=device)
+        return zeros, zeros.clone()
+
+    def actor_parameters(self) -> list[nn.Parameter]:
+        """Encoder, LSTM and policy head: trained at ``--learning-rate-actor``."""
+        return [*self.encoder.parameters(), *self.lstm.parameters(), *self.policy_head.parameters()]
+
+    def critic_parameters(self) -> list[nn.Parameter]:
+        """Value head: trained at ``--learning-rate-critic``."""
+        return list(self.value_head.parameters())
+
+    def forward(self, obs: Tensor, state: LSTMState, episode_starts: Tensor) -> tuple[Tensor, Tensor, LSTMState]:
+        """Replay sequences from ``state``, zeroing it where an episode starts.
+
+        Args:
+            obs: ``[T, B, D]`` observations.
+            state: ``(h, c)``, each ``[1, B, H]``: the state before ``obs[0]``.
+            episode_starts: ``[T, B]``, 1.0 where ``obs[t]`` is an episode's first
+                observation (the state is reset to zero before that step).
+
+        Returns:
+            logits ``[T, B, A]``, values ``[T, B]`` and the final state ``(h, c)``.
+
+        The LSTM runs over each stretch between episode boundaries in one call; it
+        only splits the sequence at time steps where some env starts an episode.
+        """
+        steps, batch, _ = obs.shape
+        features = self.encoder(obs.reshape(steps * batch, -1)).reshape(steps, batch, -1)
+        h, c = state
+        keep = 1.0 - episode_starts.to(features.dtype)  # [T, B]
+        boundaries = [0, *(torch.nonzero(episode_starts[1:].any(dim=1)).flatten() + 1).tolist(), steps]
+        outputs = []
+        for start, end in zip(boundaries[:-1], boundaries[1:]):
+            mask = keep[start].view(1, batch, 1)
+            out, (h, c) = self.lstm(features[start:end], (h * mask, c * mask))
+            outputs.append(out)
+        hidden = torch.cat(outputs) if len(outputs) > 1 else outputs[0]  # [T, B, H]
+        return self.policy_head(hidden), self.value_head(hidden).squeeze(-1), (h, c)

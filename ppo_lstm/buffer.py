@@ -1,0 +1,113 @@
+"""Fixed-shape rollout storage ``[T, N]`` and generalised advantage estimation.
+
+Fixed shapes matter: the distributed trainer all_gathers these tensors along the
+env dimension, and gloo needs equal sizes on every rank.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class RolloutBatch:
+    """One rollout of T steps of N envs (or, after gathering, of N * world_size envs).
+
+    obs ``[T, N, D]``; actions, log_probs, values, rewards, episode_starts, advantages,
+    returns ``[T, N]``; initial_h and initial_c ``[1, N, H]``: the LSTM state before
+    ``obs[0]``, so each env sequence can be replayed from its start.
+    ``episode_starts[t]`` is 1.0 where ``obs[t]`` begins an episode.
+    """
+
+    obs: Tensor
+    actions: Tensor
+    log_probs: Tensor
+    values: Tensor
+    rewards: Tensor
+    episode_starts: Tensor
+    advantages: Tensor
+    returns: Tensor
+    initial_h: Tensor
+    initial_c: Tensor
+
+    def map(self, fn: Callable[[str, Tensor], Tensor]) -> "RolloutBatch":
+        """A new batch with ``fn(name, tensor)`` applied to every field."""
+        return RolloutBatch(**{f.name: fn(f.name, getattr(self, f.name)) for f in fields(self)})
+
+    def select_envs(self, env_index: Tensor) -> "RolloutBatch":
+        """The sequences of the envs in ``env_index`` ``[B]`` (env dim is 1 for every field)."""
+        return self.map(lambda _, t: t[:, env_index])
+
+    @property
+    def num_envs(self) -> int:
+        return self.actions.shape[1]
+
+
+class RolloutBuffer:
+    """Preallocated ``[T, N]`` storage filled step by step during a rollout."""
+
+    def __init__(self, steps: int, num_envs: int, obs_dim: int, lstm_size: int, device: torch.device) -> None:
+        self.steps, self.num_envs = steps, num_envs
+        shape = (steps, num_envs)
+        self.obs = torch.zeros(*shape, obs_dim, device=device)
+        self.actions = torch.zeros(shape, device=device)
+        self.log_probs = torch.zeros(shape, device=device)
+        self.values = torch.zeros(shape, device=device)
+        self.rewards = torch.zeros(shape, device=device)
+        self.episode_starts = torch.zeros(shape, device=device)
+        self.initial_h = torch.zeros(1, num_envs, lstm_size, device=device)
+        self.initial_c = torch.zeros(1, num_envs, lstm_size, device=device)
+
+    def add(self, t: int, obs: Tensor, episode_starts: Tensor, actions: Tensor, log_probs: Tensor,
+            values: Tensor, rewards: Tensor) -> None:
+        """Store step ``t``: obs ``[N, D]``, the rest ``[N]``."""
+        self.obs[t] = obs
+        self.episode_starts[t] = episode_starts
+        self.actions[t] = actions
+        self.log_probs[t] = log_probs
+        self.values[t] = values
+        self.rewards[t] = rewards
+
+    def finish(self, next_value: Tensor, next_episode_start: Tensor, gamma: float, gae_lambda: float) -> RolloutBatch:
+        """Compute GAE and returns, and hand the rollout over as a :class:`RolloutBatch`.
+
+        Args:
+            next_value: ``[N]`` value of the observation after the last step.
+            next_episode_start: ``[N]`` 1.0 where that observation begins a new episode
+                (then nothing is bootstrapped across the boundary).
+        """
+        advantages = compute_gae(self.rewards, self.values, self.episode_starts, next_value,
+                                 next_episode_start, gamma, gae_lambda)
+        return RolloutBatch(
+            obs=self.obs.clone(), actions=self.actions.clone(), log_probs=self.log_probs.clone(),
+            values=self.values.clone(), rewards=self.rewards.clone(),
+            episode_starts=self.episode_starts.clone(), advantages=advantages,
+            returns=advantages + self.values, initial_h=self.initial_h.clone(), initial_c=self.initial_c.clone(),
+        )
+
+
+def compute_gae(rewards: Tensor, values: Tensor, episode_starts: Tensor, next_value: Tensor,
+                next_episode_start: Tensor, gamma: float, gae_lambda: float) -> Tensor:
+    """Generalised advantage estimates ``[T, N]``.
+
+    ``rewards``, ``values``, ``episode_starts`` are ``[T, N]``; ``next_value`` and
+    ``next_episode_start`` ``[N]`` describe the step after the rollout. An episode
+    that ended at step t has ``episode_starts[t + 1] == 1``, which stops the
+    recursion there. Truncated (time-limit) episodes are bootstrapped by the
+    trainer, which adds ``gamma * V(final_obs)`` to that step's reward.
+    """
+    steps = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    last = torch.zeros_like(next_value)
+    for t in reversed(range(steps)):
+        if t == steps - 1:
+            not_done, following_value = 1.0 - next_episode_start, next_value
+        else:
+            not_done, following_value = 1.0 - episode_starts[t + 1], values[t + 1]
+        delta = rewards[t] + gamma * following_value * not_done - values[t]
+        last = delta + gamma * gae_lambda * not_done * last
+        advantages[t] = last
+    return advantages

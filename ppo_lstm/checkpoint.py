@@ -1,0 +1,233 @@
+"""Crash-safe checkpoints: atomic writes, safe loads, rotation, ``best.pt`` and a run lock.
+
+A checkpoint is a dict of plain containers and tensors only (numpy arrays are
+stored as tensors), so it loads with ``torch.load(..., weights_only=True)``: a
+crafted pickle cannot run code.
+
+Every file is written to a temporary name in the same directory, fsynced, then
+``os.replace``-d into place (and the directory fsynced), so a kill at any moment
+leaves the previous checkpoint and the ``latest`` pointer intact.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from .errors import UsageError
+
+CHECKPOINT_PATTERN = re.compile(r"^checkpoint_u(\d{8})\.pt$")
+LATEST_NAME = "latest"
+BEST_NAME = "best.pt"
+LOCK_NAME = ".lock"
+_NDARRAY_TAG = "__ndarray__"
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be written or read; the message names the file."""
+
+
+# ------------------------------------------------------------------ safe containers
+
+
+def to_safe(obj: Any) -> Any:
+    """Replace numpy arrays and scalars (recursively) by tensors and python scalars."""
+    if isinstance(obj, np.ndarray):
+        return {_NDARRAY_TAG: torch.from_numpy(np.ascontiguousarray(obj).copy())}
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, dict):
+        return {key: to_safe(value) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_safe(value) for value in obj)
+    return obj
+
+
+def from_safe(obj: Any) -> Any:
+    """Inverse of :func:`to_safe`: tagged tensors become numpy arrays again."""
+    if isinstance(obj, dict):
+        if set(obj) == {_NDARRAY_TAG}:
+            return obj[_NDARRAY_TAG].numpy()
+        return {key: from_safe(value) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(from_safe(value) for value in obj)
+    return obj
+
+
+# ------------------------------------------------------------------ atomic files
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, write: Any) -> None:
+    """Write a file via ``write(fileobj)`` to a temp file, fsync, then rename over ``path``."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise CheckpointError(f"could not write {path}: {err.strerror or err}; "
+                              f"free some disk space or choose another --checkpoint-dir") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_save(state: dict[str, Any], path: Path) -> None:
+    """``torch.save`` ``state`` to ``path`` atomically."""
+    atomic_write_bytes(path, lambda handle: torch.save(state, handle))
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Load a checkpoint safely (``weights_only=True``) onto the CPU.
+
+    Raises :class:`CheckpointError` naming the file when it is missing, truncated,
+    corrupt, or holds anything but tensors and plain containers.
+    """
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: checkpoint file not found") from None
+    except Exception as err:  # noqa: BLE001 - torch raises many types for bad files
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"{path}: not a valid checkpoint ({reason[:200]})") from None
+    if not isinstance(state, dict) or "model" not in state or "counters" not in state:
+        raise CheckpointError(f"{path}: not a ppo-lstm-trader checkpoint (no model/counters)")
+    return state
+
+
+# ------------------------------------------------------------------ the directory
+
+
+class CheckpointDir:
+    """The run directory: ``checkpoint_uNNNNNNNN.pt`` files, ``latest``, ``best.pt``."""
+
+    def __init__(self, directory: str | os.PathLike, keep: int = 3) -> None:
+        self.path = Path(directory)
+        self.keep = keep
+
+    def checkpoints(self) -> list[Path]:
+        """Checkpoint files, newest (highest update) first."""
+        if not self.path.is_dir():
+            return []
+        found = [p for p in self.path.iterdir() if CHECKPOINT_PATTERN.match(p.name)]
+        return sorted(found, key=lambda p: int(CHECKPOINT_PATTERN.match(p.name).group(1)), reverse=True)
+
+    def save(self, state: dict[str, Any], update: int, is_best: bool) -> Path:
+        """Write ``state`` as the checkpoint of ``update``, point ``latest`` at it,
+        copy it to ``best.pt`` if ``is_best``, and drop checkpoints beyond ``keep``."""
+        path = self.path / f"checkpoint_u{update:08d}.pt"
+        atomic_save(state, path)
+        atomic_write_bytes(self.path / LATEST_NAME, lambda handle: handle.write(path.name.encode() + b"\n"))
+        if is_best:
+            atomic_save(state, self.path / BEST_NAME)
+        for old in self.checkpoints()[self.keep:]:
+            old.unlink(missing_ok=True)
+        return path
+
+    def latest(self) -> Optional[Path]:
+        """The file ``latest`` points at, if it says anything."""
+        pointer = self.path / LATEST_NAME
+        try:
+            name = pointer.read_text().strip()
+        except OSError:
+            return None
+        return self.path / name if CHECKPOINT_PATTERN.match(name) else None
+
+    def load_newest_valid(self) -> tuple[Path, dict[str, Any], list[str]]:
+        """The newest checkpoint that loads, and one line per newer file that did not.
+
+        Raises :class:`UsageError` when there is none (``--resume`` never starts fresh).
+        """
+        candidates: list[Path] = []
+        latest = self.latest()
+        if latest is not None:
+            candidates.append(latest)
+        candidates += [p for p in self.checkpoints() if p != latest]
+        skipped: list[str] = []
+        for path in candidates:
+            try:
+                return path, load_checkpoint(path), skipped
+            except CheckpointError as err:
+                skipped.append(str(err))
+        if skipped:
+            raise UsageError(f"--resume: no valid checkpoint in {self.path} ({'; '.join(skipped)}); "
+                             f"remove --resume to start fresh")
+        raise UsageError(f"--resume: no checkpoint found in {self.path}; "
+                         f"check --checkpoint-dir, or remove --resume to start fresh")
+
+    def check_writable(self, needed_bytes: int) -> None:
+        """Fail early (UsageError) if the directory cannot be created or written, or is too full."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            probe = self.path / f".write-test.{os.getpid()}"
+            atomic_write_bytes(probe, lambda handle: handle.write(b"ok"))
+            probe.unlink()
+        except (OSError, CheckpointError) as err:
+            raise UsageError(f"--checkpoint-dir {self.path} is not writable ({err}); "
+                             f"fix its permissions or choose another directory") from None
+        free = shutil.disk_usage(self.path).free
+        if free < needed_bytes:
+            raise UsageError(f"--checkpoint-dir {self.path} has only {free // 1024} KiB free, checkpoints need "
+                             f"about {needed_bytes // 1024} KiB; free some space or choose another directory")
+
+
+class RunLock:
+    """An exclusive ``flock`` on ``<checkpoint-dir>/.lock`` for the life of a run.
+
+    The kernel drops the lock when the process dies, however it dies; a clean exit
+    also removes the file.
+    """
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.path = Path(directory) / LOCK_NAME
+        self._handle: Optional[Any] = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            owner = handle.read().strip() or "unknown"
+            handle.close()
+            raise UsageError(f"checkpoint dir {self.path.parent} is in use by another run (pid {owner}); "
+                             f"wait for it to finish or choose another --checkpoint-dir") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self._handle = handle
+
+    def release(self) -> None:
+        if self._handle is None:
+            return
+        self.path.unlink(missing_ok=True)
+        fcntl.flock(self._handle, fcntl.LOCK_UN)
+        self._handle.close()
+        self._handle = None
+
+    def __enter__(self) -> "RunLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.release()

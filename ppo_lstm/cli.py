@@ -1,0 +1,63 @@
+"""The command line: parse flags from the config, check every input before any
+worker starts, then launch (single process, spawned workers, or under torchrun)."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional
+
+from envs.data import DataError, load_ohlcv
+
+from .checkpoint import CheckpointDir, RunLock
+from .config import TrainConfig, config_from_args, validate
+from .distributed import launch, launched_by_torchrun, resolve_device, world_size_for
+from .errors import EXIT_USAGE, UsageError
+from .trainer import LOCK_HELD_VARIABLE, build_agent, check_model_matches, train_worker
+
+
+def preflight(config: TrainConfig, world_size: int) -> None:
+    """Every check that can fail before training: raises UsageError (one line)."""
+    validate(config, world_size)
+    if config.data is not None:
+        try:
+            load_ohlcv(config.data, config.date_format, min_rows=config.env.window + config.env.episode_length + 1)
+        except DataError as err:
+            raise UsageError(str(err)) from None
+    directory = CheckpointDir(config.checkpoint_dir, config.keep_checkpoints)
+    if config.resume:
+        path, state, _ = directory.load_newest_valid()
+        check_model_matches(config, state, path)
+    parameter_bytes = sum(p.numel() for p in build_agent(config).parameters()) * 4
+    directory.check_writable(needed_bytes=4 * (3 * parameter_bytes + (1 << 20)))
+
+
+def main(argv: Optional[list[str]] = None, force_distributed: bool = False, prog: Optional[str] = None) -> int:
+    """Run the trainer; returns the process exit code (2 for bad input, 130/143 when interrupted)."""
+    config = config_from_args(argv, prog)
+    if force_distributed:
+        config.distributed = True
+    lock: Optional[RunLock] = None
+    try:
+        device = resolve_device(config.device, announce=not launched_by_torchrun()
+                                or os.environ.get("RANK") == "0")
+        world_size = world_size_for(config, device)
+        if launched_by_torchrun():
+            validate(config, world_size)  # every worker checks; rank 0 checks the rest when it starts
+        else:
+            preflight(config, world_size)
+            if config.distributed:  # the launcher holds the run lock for its workers
+                lock = RunLock(config.checkpoint_dir)
+                lock.acquire()
+                os.environ[LOCK_HELD_VARIABLE] = "1"
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return launch(config, device, train_worker)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        if lock is not None:
+            lock.release()
+            os.environ.pop(LOCK_HELD_VARIABLE, None)

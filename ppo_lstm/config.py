@@ -1,0 +1,213 @@
+"""The training configuration: one dataclass, and the argparse flags built from it.
+
+Every flag of ``train_ppo_lstm.py`` is a field of :class:`TrainConfig` (or of the
+nested :class:`envs.config.EnvConfig`). A field's default, type, ``help`` and
+``group`` metadata become the flag; nothing about a flag is written twice.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from envs.config import EnvConfig
+
+from .errors import UsageError
+
+RUN, PPO, MODEL, DIST, ENV = "run", "PPO", "model", "distributed", "environment"
+GROUP_TITLES = {
+    RUN: "run: length, data, logging and checkpoints",
+    PPO: "PPO: rollout and update",
+    MODEL: "model: recurrent actor-critic sizes",
+    ENV: "environment: market, positions and costs",
+    DIST: "distributed: workers, rendezvous and faults",
+}
+DEFAULT_MASTER_PORT = 12355
+
+
+def _f(default: Any, group: str, help: str, **extra: Any) -> Any:
+    """A dataclass field carrying its flag's group and help text."""
+    return field(default=default, metadata={"group": group, "help": help, **extra})
+
+
+@dataclass
+class TrainConfig:
+    """All options of a training run. Field ``foo_bar`` is flag ``--foo-bar``."""
+
+    # run
+    episodes: int = _f(1000, RUN, "total completed episodes (global, over all workers)")
+    num_envs: int = _f(8, RUN, "vectorised environments per worker")
+    seed: int = _f(1, RUN, "random seed (model init, envs, sampling)")
+    device: str = _f("auto", RUN, "where to train", choices=("auto", "cpu", "cuda"))
+    data: Optional[str] = _f(None, RUN, "OHLCV history (CSV or Parquet) for rank 0; default: simulated market")
+    date_format: Optional[str] = _f(None, RUN, "strftime format of the data's time column (default: detected)")
+    data_all_ranks: bool = _f(False, RUN, "trade --data on every rank (at different random windows)")
+    log_file: str = _f("training.log", RUN, "append episode lines here (flushed per line, for tail -f)")
+    log_interval: int = _f(10, RUN, "print a log line every this many episodes")
+    checkpoint_dir: str = _f("checkpoints", RUN, "checkpoints, metrics.csv and the lock file go here")
+    checkpoint_interval: int = _f(100, RUN, "save a checkpoint every this many episodes (and at the end)")
+    keep_checkpoints: int = _f(3, RUN, "how many recent checkpoints to keep (best.pt is kept apart)")
+    resume: bool = _f(False, RUN, "continue from the newest valid checkpoint in --checkpoint-dir")
+    progress: bool = _f(True, RUN, "show a tqdm progress bar over episodes")
+    tensorboard: bool = _f(False, RUN, "also write TensorBoard curves to <checkpoint-dir>/tb (needs tensorboard)")
+    # PPO
+    update_interval: int = _f(128, PPO, "transitions in one update's batch (all workers together)")
+    learning_rate_actor: float = _f(3e-4, PPO, "Adam learning rate of encoder, LSTM and policy head")
+    learning_rate_critic: float = _f(1e-3, PPO, "Adam learning rate of the value head")
+    gamma: float = _f(0.99, PPO, "discount factor")
+    gae_lambda: float = _f(0.95, PPO, "GAE lambda")
+    clip: float = _f(0.2, PPO, "PPO ratio clip range")
+    epochs: int = _f(4, PPO, "passes over each batch")
+    minibatches: int = _f(4, PPO, "minibatches per epoch (each a set of whole env sequences)")
+    ent_coef: float = _f(0.01, PPO, "entropy bonus coefficient")
+    vf_coef: float = _f(0.5, PPO, "value loss coefficient")
+    max_grad_norm: float = _f(0.5, PPO, "global gradient-norm clip")
+    clip_vloss: bool = _f(True, PPO, "clip the value loss around the old values")
+    norm_adv: bool = _f(True, PPO, "normalise advantages per minibatch")
+    anneal_lr: bool = _f(False, PPO, "anneal learning rates linearly to 0 over the run")
+    target_kl: Optional[float] = _f(None, PPO, "stop an update's epochs early when approx-KL exceeds this")
+    # model
+    hidden_size: int = _f(64, MODEL, "width of the MLP encoder")
+    lstm_size: int = _f(64, MODEL, "LSTM hidden state size")
+    # distributed
+    distributed: bool = _f(False, DIST, "spawn one worker per device (GPUs, or CPU processes with --device cpu)")
+    num_gpus: Optional[int] = _f(
+        None, DIST, "workers to spawn (default: every visible GPU; 2 on CPU)", aliases=("--num-workers",)
+    )
+    backend: Optional[str] = _f(None, DIST, "torch.distributed backend (default: nccl on CUDA, gloo on CPU)",
+                                choices=("nccl", "gloo"))
+    master_addr: str = _f("localhost", DIST, "rendezvous address of spawned workers")
+    master_port: Optional[int] = _f(
+        None, DIST, f"rendezvous port (default {DEFAULT_MASTER_PORT}, or a free one if that is taken)"
+    )
+    dist_timeout: float = _f(180.0, DIST, "seconds before a stuck collective (e.g. a dead worker) fails the job")
+    sync_check_interval: int = _f(50, DIST, "compare a parameter checksum across ranks every this many updates")
+    # environment
+    env: EnvConfig = field(default_factory=EnvConfig, metadata={"group": ENV})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (for checkpoints and the log header)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
+        """Inverse of :meth:`to_dict`; unknown keys are ignored (older/newer checkpoints)."""
+        env_names = {f.name for f in dataclasses.fields(EnvConfig)}
+        env = EnvConfig(**{k: v for k, v in values.get("env", {}).items() if k in env_names})
+        names = {f.name for f in dataclasses.fields(cls)} - {"env"}
+        return cls(env=env, **{k: v for k, v in values.items() if k in names})
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _base_type(annotation: Any) -> type:
+    """``Optional[int]`` -> int, ``float`` -> float (annotations are strings here)."""
+    hint = eval(annotation, {**typing.__dict__, **vars(types)}) if isinstance(annotation, str) else annotation
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if args else hint
+
+
+def _add_field(group: Any, f: dataclasses.Field, dest: str) -> None:
+    """Add one dataclass field to an argparse group as ``--field-name``."""
+    meta = f.metadata
+    kind = _base_type(f.type)
+    kwargs: dict[str, Any] = {"dest": dest, "default": f.default, "help": meta["help"]}
+    if kind is bool:
+        kwargs["action"] = argparse.BooleanOptionalAction if f.default else "store_true"
+    elif "choices" in meta:
+        kwargs.update(type=kind, choices=meta["choices"])
+    else:
+        kwargs.update(type=kind, metavar=f.name.upper())
+    group.add_argument(_flag(f.name), *meta.get("aliases", ()), **kwargs)
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad flag in one line (plus a pointer to --help), exit 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        sys.exit(2)
+
+
+def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
+    """The CLI parser, generated from :class:`TrainConfig` and its nested :class:`EnvConfig`."""
+    parser = _OneLineParser(
+        prog=prog,
+        description="Train a recurrent (LSTM) PPO agent to trade, on one device or many.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    groups = {key: parser.add_argument_group(title) for key, title in GROUP_TITLES.items()}
+    for f in dataclasses.fields(TrainConfig):
+        if f.name == "env":
+            for env_field in dataclasses.fields(EnvConfig):
+                _add_field(groups[ENV], env_field, "env." + env_field.name)
+        else:
+            _add_field(groups[f.metadata["group"]], f, f.name)
+    return parser
+
+
+def config_from_args(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> TrainConfig:
+    """Parse ``argv`` into a :class:`TrainConfig` (flag errors exit 2 in one line)."""
+    namespace = vars(build_parser(prog).parse_args(argv))
+    env = EnvConfig(**{k[4:]: v for k, v in namespace.items() if k.startswith("env.")})
+    return TrainConfig(env=env, **{k: v for k, v in namespace.items() if not k.startswith("env.")})
+
+
+def validate(config: TrainConfig, world_size: int = 1) -> None:
+    """Raise :class:`UsageError` (one line, how to fix) for an impossible configuration."""
+    positive = ("episodes", "num_envs", "log_interval", "checkpoint_interval", "keep_checkpoints",
+                "update_interval", "epochs", "minibatches", "hidden_size", "lstm_size", "sync_check_interval")
+    for name in positive:
+        value = getattr(config, name)
+        if value < 1:
+            raise UsageError(f"{_flag(name)} must be a positive count, got {value}")
+    if config.num_gpus is not None and config.num_gpus < 1:
+        raise UsageError(f"--num-gpus must be at least 1, got {config.num_gpus}")
+    for name in ("learning_rate_actor", "learning_rate_critic", "clip", "max_grad_norm", "dist_timeout"):
+        value = getattr(config, name)
+        if not value > 0:
+            raise UsageError(f"{_flag(name)} must be > 0, got {value}")
+    for name in ("gamma", "gae_lambda"):
+        value = getattr(config, name)
+        if not 0.0 <= value <= 1.0:
+            raise UsageError(f"{_flag(name)} must be within [0, 1], got {value}")
+    if config.target_kl is not None and not config.target_kl > 0:
+        raise UsageError(f"--target-kl must be > 0 (or left out), got {config.target_kl}")
+    if config.master_port is not None and not 0 < config.master_port < 65536:
+        raise UsageError(f"--master-port must be within 1..65535, got {config.master_port}")
+    try:
+        config.env.validate()
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    steps_per_env(config, world_size)
+    if (config.num_envs * world_size) % config.minibatches:
+        total = config.num_envs * world_size
+        valid = [m for m in range(1, total + 1) if total % m == 0]
+        raise UsageError(
+            f"--minibatches {config.minibatches} must divide the {total} env sequences of a batch "
+            f"(--num-envs {config.num_envs} x {world_size} workers); valid: {', '.join(map(str, valid))}"
+        )
+
+
+def steps_per_env(config: TrainConfig, world_size: int = 1) -> int:
+    """Rollout length T: each of a worker's envs steps U / (world_size * num_envs) times."""
+    u, n, w = config.update_interval, config.num_envs, world_size
+    if u % (n * w):
+        valid = [k * n * w for k in range(1, 9)]
+        raise UsageError(
+            f"--update-interval {u} does not divide into {w} worker(s) x {n} envs; "
+            f"use a multiple of {n * w} (e.g. {', '.join(map(str, valid[:4]))}) or change --num-envs"
+        )
+    return u // (n * w)
+
+
+def episode_share(total: int, rank: int, world_size: int) -> int:
+    """Episodes rank ``rank`` must finish: total // world_size, plus the remainder on rank 0."""
+    share = total // world_size
+    return share + total % world_size if rank == 0 else share

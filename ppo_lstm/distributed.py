@@ -1,0 +1,306 @@
+"""Everything that knows about ranks: launching workers, collectives, and the sync check.
+
+The rest of the code sees a :class:`Comm`: ``rank``, ``world_size``, ``gather``,
+``mean`` (plus ``sum``, ``gather_objects`` and ``barrier``). One process is a
+:class:`LocalComm`; a torch.distributed worker is a :class:`TorchComm`.
+
+Three ways in, one code path (``env://`` rendezvous from RANK / WORLD_SIZE /
+MASTER_ADDR / MASTER_PORT):
+1. ``--distributed``: :func:`launch` spawns one worker per device with
+   ``torch.multiprocessing`` and sets those variables itself;
+2. ``torchrun``: the variables are already set, the process is one worker;
+3. no flag: a single in-process worker with :class:`LocalComm`.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import socket
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Protocol
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import Tensor, nn
+
+from .config import DEFAULT_MASTER_PORT, TrainConfig
+from .errors import EXIT_SIGINT, EXIT_SIGTERM, UsageError
+
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+
+
+class Comm(Protocol):
+    """The collective operations the trainer uses. Every rank must call them in the same order."""
+
+    rank: int
+    world_size: int
+
+    def gather(self, tensor: Tensor, dim: int = 0) -> Tensor:
+        """Concatenate every rank's ``tensor`` along ``dim`` (rank order); equal shapes required."""
+
+    def mean(self, tensor: Tensor) -> Tensor:
+        """Elementwise mean of ``tensor`` over ranks."""
+
+    def sum(self, tensor: Tensor) -> Tensor:
+        """Elementwise sum of ``tensor`` over ranks."""
+
+    def gather_objects(self, obj: Any) -> list[Any]:
+        """Every rank's picklable ``obj``, in rank order, on every rank."""
+
+    def barrier(self) -> None:
+        """Wait until every rank gets here."""
+
+
+class LocalComm:
+    """A world of one process: every collective is the identity."""
+
+    rank = 0
+    world_size = 1
+
+    def gather(self, tensor: Tensor, dim: int = 0) -> Tensor:
+        return tensor
+
+    def mean(self, tensor: Tensor) -> Tensor:
+        return tensor
+
+    def sum(self, tensor: Tensor) -> Tensor:
+        return tensor
+
+    def gather_objects(self, obj: Any) -> list[Any]:
+        return [obj]
+
+    def barrier(self) -> None:
+        pass
+
+
+class TorchComm:
+    """Collectives over an initialised torch.distributed process group."""
+
+    def __init__(self) -> None:
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        # gloo moves CPU tensors; NCCL moves CUDA tensors.
+        self._wire = torch.device("cpu") if dist.get_backend() == "gloo" else None
+
+    def _out(self, tensor: Tensor) -> Tensor:
+        return tensor.contiguous() if self._wire is None else tensor.detach().to(self._wire).contiguous()
+
+    def gather(self, tensor: Tensor, dim: int = 0) -> Tensor:
+        local = self._out(tensor)
+        parts = [torch.empty_like(local) for _ in range(self.world_size)]
+        dist.all_gather(parts, local)
+        return torch.cat(parts, dim=dim).to(tensor.device)
+
+    def sum(self, tensor: Tensor) -> Tensor:
+        total = self._out(tensor).clone()
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        return total.to(tensor.device)
+
+    def mean(self, tensor: Tensor) -> Tensor:
+        return self.sum(tensor) / self.world_size
+
+    def gather_objects(self, obj: Any) -> list[Any]:
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def broadcast_(self, tensor: Tensor, src: int = 0) -> None:
+        """Overwrite ``tensor`` in place with rank ``src``'s copy."""
+        wire = self._out(tensor).clone()
+        dist.broadcast(wire, src)
+        tensor.copy_(wire.to(tensor.device))
+
+
+def parameters_in_sync(comm: Comm, module: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None) -> bool:
+    """Compare a bit-level checksum of the parameters across ranks; on a mismatch,
+    broadcast rank 0's parameters (and optimizer state) to every rank and warn.
+
+    Returns True when every rank already held the same parameters.
+    """
+    if comm.world_size == 1:
+        return True
+    flat = torch.cat([p.detach().reshape(-1).float() for p in module.parameters()])
+    bits = flat.view(torch.int32).to(torch.int64)
+    checksum = torch.stack([bits.sum(), (bits * torch.arange(1, bits.numel() + 1, device=bits.device)).sum()])
+    rows = comm.gather(checksum.unsqueeze(0), dim=0)  # [W, 2]
+    if bool((rows == rows[0]).all()):
+        return True
+    assert isinstance(comm, TorchComm)
+    tensors = [p.data for p in module.parameters()]
+    if optimizer is not None:
+        tensors += [v for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)]
+    for tensor in tensors:
+        comm.broadcast_(tensor, src=0)
+    if comm.rank == 0:
+        warnings.warn("parameters diverged across ranks; re-synchronised from rank 0", RuntimeWarning, stacklevel=2)
+    return False
+
+
+# --------------------------------------------------------------------------- launching
+
+
+@dataclass
+class Worker:
+    """Where a worker runs: its place in the job and its torch device."""
+
+    comm: Comm
+    local_rank: int
+    device: torch.device
+
+
+WorkerFn = Callable[[TrainConfig, Worker], int]
+
+
+def launched_by_torchrun() -> bool:
+    """True inside a process started by torchrun (or any env:// launcher)."""
+    return all(name in os.environ for name in TORCHRUN_VARIABLES)
+
+
+def resolve_device(requested: str, announce: bool = True) -> str:
+    """``auto`` -> ``cuda`` when available, else ``cpu`` (with a one-line warning if announced)."""
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda was asked for but no CUDA device is visible; use --device cpu")
+    if requested != "auto":
+        return requested
+    if torch.cuda.is_available():
+        return "cuda"
+    if announce:
+        print("warning: no CUDA device found; running on CPU (gloo for distributed workers)", file=sys.stderr)
+    return "cpu"
+
+
+def world_size_for(config: TrainConfig, device: str) -> int:
+    """How many workers this job has (before any is started)."""
+    if launched_by_torchrun():
+        return int(os.environ["WORLD_SIZE"])
+    if not config.distributed:
+        return 1
+    if device == "cuda":
+        visible = torch.cuda.device_count()
+        wanted = visible if config.num_gpus is None else config.num_gpus
+        if wanted > visible:
+            raise UsageError(f"--num-gpus {wanted} asks for more GPUs than the {visible} visible; "
+                             f"use --num-gpus {visible} or fewer (or --device cpu for CPU workers)")
+        return wanted
+    return 2 if config.num_gpus is None else config.num_gpus
+
+
+def choose_master_port(config: TrainConfig) -> int:
+    """The rendezvous port: the user's (which must be free), else 12355, else any free port."""
+    if config.master_port is not None:
+        if not _port_is_free(config.master_addr, config.master_port):
+            raise UsageError(f"--master-port {config.master_port} is already in use on {config.master_addr}; "
+                             f"pass a free port, e.g. --master-port {_free_port(config.master_addr)}")
+        return config.master_port
+    if _port_is_free(config.master_addr, DEFAULT_MASTER_PORT):
+        return DEFAULT_MASTER_PORT
+    return _free_port(config.master_addr)
+
+
+def _port_is_free(addr: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((addr, port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port(addr: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((addr, 0))
+        return sock.getsockname()[1]
+
+
+def launch(config: TrainConfig, device: str, worker_fn: WorkerFn) -> int:
+    """Run ``worker_fn`` once per worker and return the job's exit code."""
+    if launched_by_torchrun():
+        return _run_worker(config, device, worker_fn, int(os.environ["LOCAL_RANK"]),
+                           int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])))
+    world_size = world_size_for(config, device)
+    if not config.distributed:
+        worker = Worker(LocalComm(), 0, torch.device("cuda:0" if device == "cuda" else "cpu"))
+        return worker_fn(config, worker)
+    os.environ["MASTER_ADDR"] = config.master_addr
+    os.environ["MASTER_PORT"] = str(choose_master_port(config))
+    os.environ["WORLD_SIZE"] = str(world_size)
+    return _spawn(config, device, worker_fn, world_size)
+
+
+def _spawn(config: TrainConfig, device: str, worker_fn: WorkerFn, world_size: int) -> int:
+    """Spawn ``world_size`` workers; forward SIGINT/SIGTERM to them; report a failed rank."""
+    context = mp.start_processes(_spawned_entry, args=(config, device, worker_fn, world_size),
+                                 nprocs=world_size, join=False, start_method="spawn")
+    received: list[int] = []
+
+    def forward(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        for process in context.processes:
+            if process.is_alive():
+                os.kill(process.pid, signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not context.join(grace_period=max(30.0, config.dist_timeout)):
+            pass
+        return 0
+    except mp.ProcessExitedException as err:
+        if err.exit_code in (EXIT_SIGINT, EXIT_SIGTERM):
+            return err.exit_code
+        if received:
+            return EXIT_SIGTERM if received[0] == signal.SIGTERM else EXIT_SIGINT
+        print(f"error: worker rank {err.error_index} (pid {err.pid}) {_describe_exit(err.exit_code)}; "
+              f"the other workers were stopped", file=sys.stderr)
+        return 1
+    except mp.ProcessRaisedException as err:
+        print(f"error: worker rank {err.error_index} (pid {err.pid}) failed; the other workers were stopped."
+              f"{err}", file=sys.stderr)
+        return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _spawned_entry(local_rank: int, config: TrainConfig, device: str, worker_fn: WorkerFn, world_size: int) -> None:
+    """Entry of a spawned worker: its own process group (the launcher forwards signals)."""
+    os.setpgrp()
+    os.environ.update(RANK=str(local_rank), LOCAL_RANK=str(local_rank), LOCAL_WORLD_SIZE=str(world_size))
+    code = _run_worker(config, device, worker_fn, local_rank, world_size)
+    if code:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _run_worker(config: TrainConfig, device: str, worker_fn: WorkerFn, local_rank: int, local_world: int) -> int:
+    """Join the process group (env://), run the worker, always leave the group."""
+    if device == "cuda":
+        torch.cuda.set_device(local_rank)
+        torch_device = torch.device("cuda", local_rank)
+    else:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
+        torch_device = torch.device("cpu")
+    backend = config.backend or ("nccl" if device == "cuda" else "gloo")
+    dist.init_process_group(backend, init_method="env://",
+                            timeout=datetime.timedelta(seconds=config.dist_timeout),
+                            device_id=torch_device if backend == "nccl" else None)
+    try:
+        return worker_fn(config, Worker(TorchComm(), local_rank, torch_device))
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,144 @@
+"""Rank 0's outputs: the episode line (console + ``training.log``), ``metrics.csv``,
+the tqdm progress bar and optional TensorBoard curves. Other ranks use :class:`NullLogger`.
+"""
+from __future__ import annotations
+
+import csv
+import datetime
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, TextIO
+
+from tqdm import tqdm
+
+from .errors import UsageError
+
+METRIC_COLUMNS = (
+    "update", "episodes", "env_steps", "wall_time_s", "policy_loss", "value_loss", "entropy", "approx_kl",
+    "clip_fraction", "explained_variance", "epochs_run", "lr_actor", "lr_critic", "skipped",
+    "sps_global", "sps_per_rank", "episodes_finished", "mean_reward", "mean_return", "win_rate",
+    "closed_trades", "open_lots", "mean_steps",
+)
+
+
+@dataclass
+class EpisodeTotals:
+    """Sums over a set of finished episodes (any number of ranks)."""
+
+    episodes: float = 0.0
+    reward: float = 0.0
+    dollar_return: float = 0.0
+    closed: float = 0.0
+    wins: float = 0.0
+    open_lots: float = 0.0
+    steps: float = 0.0
+
+    def add(self, other: "EpisodeTotals") -> None:
+        for name in vars(self):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def as_list(self) -> list[float]:
+        return [self.episodes, self.reward, self.dollar_return, self.closed, self.wins, self.open_lots, self.steps]
+
+    @classmethod
+    def from_list(cls, values: list[float]) -> "EpisodeTotals":
+        return cls(*[float(v) for v in values])
+
+    def means(self) -> dict[str, float]:
+        """Per-episode means; the win rate is winning / closed trades (0 when none closed)."""
+        n = max(self.episodes, 1.0)
+        return {
+            "mean_reward": self.reward / n,
+            "mean_return": self.dollar_return / n,
+            "win_rate": self.wins / self.closed if self.closed else 0.0,
+            "closed_trades": self.closed,
+            "open_lots": self.open_lots,
+            "mean_steps": self.steps / n,
+        }
+
+
+def format_episode_line(episode: int, total: int, totals: EpisodeTotals, world_size: int = 1) -> str:
+    """``Episode 100/1000 - Reward: 45.23, Return: $234.56, Win Rate: 65.0% (20 closed, 3 open), Steps: 234``.
+
+    Figures are means over ``totals``' episodes; trade counts are totals. With more
+    than one worker, `` | GPUs: N`` (the world size) is appended.
+    """
+    m = totals.means()
+    sign = "-" if m["mean_return"] < 0 else ""
+    line = (f"Episode {episode}/{total} - Reward: {m['mean_reward']:.2f}, "
+            f"Return: {sign}${abs(m['mean_return']):.2f}, Win Rate: {100 * m['win_rate']:.1f}% "
+            f"({int(totals.closed)} closed, {int(totals.open_lots)} open), Steps: {m['mean_steps']:.0f}")
+    return line + (f" | GPUs: {world_size}" if world_size > 1 else "")
+
+
+class RunLogger:
+    """Writes rank 0's console lines, ``training.log``, ``metrics.csv`` and TensorBoard."""
+
+    def __init__(self, log_file: str, metrics_file: Path, total_episodes: int, done_episodes: int,
+                 progress: bool, tensorboard_dir: Optional[Path] = None, console: TextIO = sys.stdout) -> None:
+        self.console = console
+        self._log = open(log_file, "a", buffering=1, encoding="utf-8")  # line-buffered: tail -f friendly
+        self._metrics_path = metrics_file
+        new_metrics = not metrics_file.exists() or metrics_file.stat().st_size == 0
+        self._metrics = open(metrics_file, "a", newline="", encoding="utf-8")
+        self._csv = csv.DictWriter(self._metrics, fieldnames=METRIC_COLUMNS)
+        if new_metrics:
+            self._csv.writeheader()
+        self._bar = tqdm(total=total_episodes, initial=done_episodes, unit="ep", dynamic_ncols=True,
+                         disable=None if progress else True, file=sys.stderr)
+        self._tb = _tensorboard_writer(tensorboard_dir) if tensorboard_dir is not None else None
+
+    def header(self, config: dict[str, Any], world_size: int, note: str = "") -> None:
+        """One line recording when and with what config the run (re)started."""
+        stamp = datetime.datetime.now().isoformat(timespec="seconds")
+        self._log.write(f"# {stamp} run started (pid {os.getpid()}, world_size {world_size}){note} "
+                        f"config: {json.dumps(config, sort_keys=True)}\n")
+        self._log.flush()
+
+    def line(self, text: str, to_log: bool = True) -> None:
+        """Print ``text`` above the progress bar and append it to the log file."""
+        self._bar.write(text, file=self.console)
+        self.console.flush()
+        if to_log:
+            self._log.write(text + "\n")
+            self._log.flush()
+
+    def progress(self, episodes_done: int) -> None:
+        self._bar.update(episodes_done - self._bar.n)
+
+    def metrics(self, row: dict[str, Any]) -> None:
+        """Append one row per update to metrics.csv (and TensorBoard)."""
+        self._csv.writerow({key: row.get(key, "") for key in METRIC_COLUMNS})
+        self._metrics.flush()
+        if self._tb is not None:
+            for key, value in row.items():
+                if isinstance(value, (int, float)) and key != "update":
+                    self._tb.add_scalar(key, value, row["update"])
+
+    def close(self) -> None:
+        self._bar.close()
+        self._log.close()
+        self._metrics.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+class NullLogger:
+    """The logger of ranks other than 0: writes nothing."""
+
+    def header(self, *_: Any, **__: Any) -> None: ...
+    def line(self, *_: Any, **__: Any) -> None: ...
+    def progress(self, *_: Any) -> None: ...
+    def metrics(self, *_: Any) -> None: ...
+    def close(self) -> None: ...
+
+
+def _tensorboard_writer(directory: Path) -> Any:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise UsageError("--tensorboard needs the tensorboard package: pip install 'ppo-lstm-trader[plot]'") from None
+    return SummaryWriter(str(directory))

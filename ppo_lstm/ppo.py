@@ -1,0 +1,124 @@
+"""The PPO update with truncated BPTT over whole env sequences (as in CleanRL's LSTM PPO).
+
+A minibatch is a set of env sequences ``[T, B]``; each is replayed from its stored
+initial LSTM state with done-masking, so the first minibatch reproduces the
+rollout's log-probs (ratio 1 up to float rounding).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor, nn
+
+from .agent import RecurrentActorCritic
+from .buffer import RolloutBatch
+
+
+class Averager(Protocol):
+    def mean(self, tensor: Tensor) -> Tensor:
+        """The mean of ``tensor`` over all ranks."""
+
+
+@dataclass
+class PPOSettings:
+    """Hyper-parameters of one update (a view of the training config)."""
+
+    clip: float
+    epochs: int
+    minibatches: int
+    ent_coef: float
+    vf_coef: float
+    max_grad_norm: float
+    clip_vloss: bool
+    norm_adv: bool
+    target_kl: float | None
+
+
+@dataclass
+class UpdateStats:
+    """Means over the minibatches of the last epoch run (losses) or of all epochs (kl, clip)."""
+
+    policy_loss: float
+    value_loss: float
+    entropy: float
+    approx_kl: float
+    clip_fraction: float
+    explained_variance: float
+    epochs_run: int
+    finite: bool
+
+
+def explained_variance(predicted: Tensor, target: Tensor) -> float:
+    """1 - Var[target - predicted] / Var[target]; nan when the target is constant."""
+    var = target.var()
+    return float("nan") if var == 0 else float(1 - (target - predicted).var() / var)
+
+
+def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, batch: RolloutBatch,
+               settings: PPOSettings, permutation_generator: torch.Generator, comm: Averager) -> UpdateStats:
+    """Run ``epochs`` passes of minibatch PPO over ``batch`` (``[T, B_total]`` sequences).
+
+    Every rank calls this with the same combined batch and the same generator state,
+    so every rank takes identical steps. The target-KL early stop and the
+    non-finite-loss stop are decided on cross-rank means, so all ranks stop together.
+    """
+    num_envs = batch.num_envs
+    envs_per_minibatch = num_envs // settings.minibatches
+    device = batch.obs.device
+    sums = torch.zeros(6, device=device)  # pg, v, entropy, kl, clipfrac, count
+    finite = True
+    epochs_run = 0
+    for _ in range(settings.epochs):
+        order = torch.randperm(num_envs, generator=permutation_generator).to(device)
+        epoch_kl = torch.zeros((), device=device)
+        for start in range(0, num_envs, envs_per_minibatch):
+            mb = batch.select_envs(order[start:start + envs_per_minibatch])
+            logits, values, _ = agent(mb.obs, (mb.initial_h, mb.initial_c), mb.episode_starts)
+            dist = torch.distributions.Categorical(logits=logits)
+            new_log_probs = dist.log_prob(mb.actions.long())
+            entropy = dist.entropy().mean()
+            log_ratio = new_log_probs - mb.log_probs
+            ratio = log_ratio.exp()
+            with torch.no_grad():
+                approx_kl = ((ratio - 1) - log_ratio).mean()
+                clip_fraction = ((ratio - 1).abs() > settings.clip).float().mean()
+
+            advantages = mb.advantages
+            if settings.norm_adv:
+                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+            policy_loss = torch.max(
+                -advantages * ratio, -advantages * ratio.clamp(1 - settings.clip, 1 + settings.clip)
+            ).mean()
+            if settings.clip_vloss:
+                clipped = mb.values + (values - mb.values).clamp(-settings.clip, settings.clip)
+                value_loss = 0.5 * torch.max((values - mb.returns) ** 2, (clipped - mb.returns) ** 2).mean()
+            else:
+                value_loss = 0.5 * ((values - mb.returns) ** 2).mean()
+            loss = policy_loss - settings.ent_coef * entropy + settings.vf_coef * value_loss
+
+            if not torch.isfinite(loss):
+                finite = False
+                break
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(agent.parameters(), settings.max_grad_norm)
+            optimizer.step()
+            sums += torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach(),
+                                 approx_kl, clip_fraction, torch.ones((), device=device)])
+            epoch_kl = torch.maximum(epoch_kl, approx_kl)
+        epochs_run += 1
+        # One collective per epoch on every rank, whatever happened locally: no rank can
+        # leave the loop while another waits for it.
+        kl_mean, any_bad = comm.mean(torch.stack([epoch_kl, torch.tensor(float(not finite), device=device)]))
+        if any_bad > 0:
+            finite = False
+            break
+        if settings.target_kl is not None and float(kl_mean) > settings.target_kl:
+            break
+
+    count = max(float(sums[5]), 1.0)
+    pg, v, ent, kl, cf = (float(x) / count for x in sums[:5])
+    return UpdateStats(pg, v, ent, kl, cf, explained_variance(batch.values.flatten(), batch.returns.flatten()),
+                       epochs_run, finite)
