@@ -14,6 +14,7 @@ MASTER_ADDR / MASTER_PORT):
 from __future__ import annotations
 
 import datetime
+import io
 import os
 import signal
 import socket
@@ -31,6 +32,7 @@ from .config import DEFAULT_MASTER_PORT, TrainConfig
 from .errors import EXIT_SIGINT, EXIT_SIGTERM, UsageError
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+FAILURE_GRACE_SECONDS = 10.0  # after one worker fails, the others get this long to exit before SIGTERM, then SIGKILL
 
 
 class Comm(Protocol):
@@ -104,9 +106,13 @@ class TorchComm:
         return self.sum(tensor) / self.world_size
 
     def gather_objects(self, obj: Any) -> list[Any]:
+        # Tensors inside all_gather_object's own pickles do not load back in torch 2.13,
+        # so objects travel as torch.save bytes and load with weights_only=True.
+        buffer = io.BytesIO()
+        torch.save(obj, buffer)
         out: list[Any] = [None] * self.world_size
-        dist.all_gather_object(out, obj)
-        return out
+        dist.all_gather_object(out, buffer.getvalue())
+        return [torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True) for raw in out]
 
     def barrier(self) -> None:
         dist.barrier()
@@ -248,7 +254,7 @@ def _spawn(config: TrainConfig, device: str, worker_fn: WorkerFn, world_size: in
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while not context.join(grace_period=max(30.0, config.dist_timeout)):
+        while not context.join(grace_period=FAILURE_GRACE_SECONDS):
             pass
         return 0
     except mp.ProcessExitedException as err:
@@ -256,11 +262,11 @@ def _spawn(config: TrainConfig, device: str, worker_fn: WorkerFn, world_size: in
             return err.exit_code
         if received:
             return EXIT_SIGTERM if received[0] == signal.SIGTERM else EXIT_SIGINT
-        print(f"error: worker rank {err.error_index} (pid {err.pid}) {_describe_exit(err.exit_code)}; "
+        print(f"error: worker rank {err.error_index} (pid {err.error_pid}) {_describe_exit(err.exit_code)}; "
               f"the other workers were stopped", file=sys.stderr)
         return 1
     except mp.ProcessRaisedException as err:
-        print(f"error: worker rank {err.error_index} (pid {err.pid}) failed; the other workers were stopped."
+        print(f"error: worker rank {err.error_index} (pid {err.error_pid}) failed; the other workers were stopped."
               f"{err}", file=sys.stderr)
         return 1
     finally:
