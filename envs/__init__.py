@@ -1,0 +1,57 @@
+"""Trading environments: config, data loading, simulated markets, single and vector envs.
+
+Registered gymnasium ids (single env via ``gymnasium.make``, vector env via
+``gymnasium.make_vec(id, num_envs=N, vectorization_mode="vector_entry_point")``):
+``ppo_lstm_trader/Trading-v0`` (market from the config, default "mixed") and one per
+market: ``ppo_lstm_trader/GBM-v0``, ``OU-v0``, ``Regime-v0``, ``Jump-v0``,
+``GARCH-v0``, ``Mixed-v0``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+
+from envs.config import MARKETS, EnvConfig
+from envs.trading_env import TradingEnv
+from envs.vector import VectorTradingEnv
+
+NAMESPACE = "ppo_lstm_trader"
+ENV_ID = f"{NAMESPACE}/Trading-v0"
+MARKET_IDS: dict[str, str] = {
+    m: f"{NAMESPACE}/{name}-v0"
+    for m, name in zip(MARKETS, ("GBM", "OU", "Regime", "Jump", "GARCH", "Mixed"))
+}
+
+__all__ = [
+    "EnvConfig", "MARKETS", "TradingEnv", "VectorTradingEnv", "MarketData", "DataError",
+    "load_ohlcv", "ENV_ID", "MARKET_IDS",
+]
+
+_DATA_NAMES = ("MarketData", "DataError", "load_ohlcv")
+
+
+def __getattr__(name: str) -> Any:
+    """Lazy access to the data-loading names (``envs.data``)."""
+    if name in _DATA_NAMES:
+        from envs import data
+
+        return getattr(data, name)
+    raise AttributeError(f"module 'envs' has no attribute {name!r}")
+
+
+def _register() -> None:
+    specs: dict[str, dict[str, Any]] = {ENV_ID: {}}
+    specs.update({env_id: {"market": m} for m, env_id in MARKET_IDS.items()})
+    for env_id, kwargs in specs.items():
+        if env_id in gymnasium.registry:
+            continue
+        gymnasium.register(
+            id=env_id,
+            entry_point="envs.trading_env:TradingEnv",
+            vector_entry_point="envs.vector:VectorTradingEnv",
+            kwargs=kwargs,
+        )
+
+
+_register()
