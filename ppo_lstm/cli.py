@@ -38,8 +38,8 @@ def main(argv: Optional[list[str]] = None, force_distributed: bool = False, prog
         config.distributed = True
     lock: Optional[RunLock] = None
     try:
-        device = resolve_device(config.device, announce=not launched_by_torchrun()
-                                or os.environ.get("RANK") == "0")
+        announce = config.distributed and not launched_by_torchrun() or os.environ.get("RANK") == "0"
+        device = resolve_device(config.device, announce=announce)
         world_size = world_size_for(config, device)
         if launched_by_torchrun():
             validate(config, world_size)  # every worker checks; rank 0 checks the rest when it starts

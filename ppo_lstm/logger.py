@@ -81,7 +81,7 @@ class RunLogger:
                  progress: bool, tensorboard_dir: Optional[Path] = None, console: TextIO = sys.stdout) -> None:
         self.console = console
         self._log = open(log_file, "a", buffering=1, encoding="utf-8")  # line-buffered: tail -f friendly
-        self._metrics_path = metrics_file
+        metrics_file.parent.mkdir(parents=True, exist_ok=True)
         new_metrics = not metrics_file.exists() or metrics_file.stat().st_size == 0
         self._metrics = open(metrics_file, "a", newline="", encoding="utf-8")
         self._csv = csv.DictWriter(self._metrics, fieldnames=METRIC_COLUMNS)

@@ -1,0 +1,65 @@
+"""The config dataclass is the single source of every flag."""
+import dataclasses
+
+import pytest
+
+from envs.config import EnvConfig
+from ppo_lstm.config import TrainConfig, build_parser, config_from_args, episode_share, steps_per_env, validate
+from ppo_lstm.errors import UsageError
+
+
+def all_flags():
+    fields = [f for f in dataclasses.fields(TrainConfig) if f.name != "env"] + list(dataclasses.fields(EnvConfig))
+    return ["--" + f.name.replace("_", "-") for f in fields]
+
+
+def test_every_field_is_a_flag_with_its_default_in_help():
+    text = build_parser("train_ppo_lstm.py").format_help()
+    for flag in all_flags():
+        assert flag in text, flag
+    assert "(default: 1000)" in text and "--num-workers" in text
+
+
+def test_defaults_come_from_the_dataclass():
+    assert config_from_args([]) == TrainConfig()
+
+
+def test_flags_parse_into_nested_config():
+    c = config_from_args(["--episodes", "7", "--no-short", "--market", "regime", "--num-workers", "3",
+                          "--no-clip-vloss", "--target-kl", "0.02", "--fee-bps", "2.5"])
+    assert (c.episodes, c.num_gpus, c.clip_vloss, c.target_kl) == (7, 3, False, 0.02)
+    assert (c.env.no_short, c.env.market, c.env.fee_bps) == (True, "regime", 2.5)
+    assert TrainConfig.from_dict(c.to_dict()) == c
+
+
+def test_bad_flag_is_one_line_exit_2(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        config_from_args(["--market", "moon"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "moon" in err
+
+
+def test_update_interval_split():
+    c = TrainConfig(update_interval=128, num_envs=8)
+    assert steps_per_env(c, 1) == 16 and steps_per_env(c, 4) == 4
+    with pytest.raises(UsageError, match=r"--update-interval 100 .* multiple of 16"):
+        steps_per_env(TrainConfig(update_interval=100, num_envs=8), 2)
+
+
+def test_episode_share_gives_remainder_to_rank_0():
+    assert [episode_share(11, r, 2) for r in range(2)] == [6, 5]
+    assert sum(episode_share(10, r, 3) for r in range(3)) == 10
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"episodes": 0}, "--episodes must be a positive count"),
+    ({"num_envs": -1}, "--num-envs must be a positive count"),
+    ({"gamma": 1.5}, "--gamma must be within"),
+    ({"minibatches": 3}, "--minibatches 3 must divide"),
+    ({"env": EnvConfig(market="moon")}, "--market 'moon' is unknown"),
+    ({"env": EnvConfig(window=0)}, "--window must be at least 1"),
+])
+def test_validate_rejects_impossible_settings(changes, message):
+    with pytest.raises(UsageError, match=message):
+        validate(dataclasses.replace(TrainConfig(), **changes))
