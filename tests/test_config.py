@@ -63,3 +63,15 @@ def test_episode_share_gives_remainder_to_rank_0():
 def test_validate_rejects_impossible_settings(changes, message):
     with pytest.raises(UsageError, match=message):
         validate(dataclasses.replace(TrainConfig(), **changes))
+
+
+def test_readme_documents_every_flag_and_ci_runs_its_test_command():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    for flag in all_flags():
+        assert f"`{flag}" in readme, flag
+    main_job, test_command = (block.split("\n")[0] for block in readme.split("```bash\n", 3)[1:3])
+    assert "train_ppo_lstm.py" in main_job and "pytest" in test_command
+    assert test_command in (root / ".ci" / "run").read_text()
