@@ -234,6 +234,7 @@ def launch(config: TrainConfig, device: str, worker_fn: WorkerFn) -> int:
     if not config.distributed:
         worker = Worker(LocalComm(), 0, torch.device("cuda:0" if device == "cuda" else "cpu"))
         return worker_fn(config, worker)
+    os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # a failed NCCL collective raises, as under torchrun
     os.environ["MASTER_ADDR"] = config.master_addr
     os.environ["MASTER_PORT"] = str(choose_master_port(config))
     os.environ["WORLD_SIZE"] = str(world_size)

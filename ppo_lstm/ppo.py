@@ -76,7 +76,7 @@ def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, ba
         for start in range(0, num_envs, envs_per_minibatch):
             mb = batch.select_envs(order[start:start + envs_per_minibatch])
             logits, values, _ = agent(mb.obs, (mb.initial_h, mb.initial_c), mb.episode_starts)
-            dist = torch.distributions.Categorical(logits=logits)
+            dist = torch.distributions.Categorical(logits=logits, validate_args=False)
             new_log_probs = dist.log_prob(mb.actions.long())
             entropy = dist.entropy().mean()
             log_ratio = new_log_probs - mb.log_probs

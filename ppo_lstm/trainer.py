@@ -6,7 +6,6 @@ batch, so parameters stay equal without a broadcast.
 """
 from __future__ import annotations
 
-import copy
 import math
 import os
 import random
@@ -36,6 +35,9 @@ from .shutdown import StopRequest
 CHECKPOINT_FORMAT = 1
 MAX_BAD_UPDATES = 3
 LOCK_HELD_VARIABLE = "PPO_LSTM_LOCK_HELD"  # set by a launcher that holds the run lock itself
+# Debug/test hook: when set to a directory, every rank saves its final model and optimizer
+# state there as rank<r>_final.pt after training finishes (to check ranks end bitwise equal).
+DUMP_FINAL_VARIABLE = "PPO_LSTM_DUMP_FINAL_DIR"
 
 
 class TrainingError(Exception):
@@ -61,7 +63,7 @@ def build_optimizer(config: TrainConfig, agent: RecurrentActorCritic) -> torch.o
     return torch.optim.Adam([
         {"params": agent.actor_parameters(), "lr": config.learning_rate_actor, "name": "actor"},
         {"params": agent.critic_parameters(), "lr": config.learning_rate_critic, "name": "critic"},
-    ], eps=1e-5)
+    ], eps=1e-5, foreach=True)
 
 
 def check_model_matches(config: TrainConfig, saved: dict[str, Any], path: Path) -> None:
@@ -229,6 +231,9 @@ class Trainer:
                     parameters_in_sync(self.comm, self.agent, self.optimizer)
             self.log.line(f"Training finished: {self.global_episodes} episodes, {self.update} updates, "
                           f"{self.env_steps} env steps in {time.perf_counter() - start:.1f}s")
+            if os.environ.get(DUMP_FINAL_VARIABLE):
+                torch.save({"model": self.agent.state_dict(), "optimizer": self.optimizer.state_dict()},
+                           Path(os.environ[DUMP_FINAL_VARIABLE]) / f"rank{self.rank}_final.pt")
             self.comm.barrier()
             return 0
         finally:
@@ -249,8 +254,12 @@ class Trainer:
             with torch.no_grad():
                 logits, values, self.lstm_state = self.agent(obs[None], self.lstm_state, starts[None])
                 logits, values = logits[0], values[0]  # [N, A], [N]
+                if not (bool(torch.isfinite(logits).all()) and bool(torch.isfinite(values).all())):
+                    raise TrainingError(f"the policy gave non-finite outputs after update {self.update}; lower "
+                                        f"--learning-rate-actor/--learning-rate-critic or --max-grad-norm, "
+                                        f"or check --data")
                 actions = torch.multinomial(logits.softmax(-1), 1, generator=self.sample_generator).squeeze(-1)
-                log_probs = torch.distributions.Categorical(logits=logits).log_prob(actions)
+                log_probs = torch.distributions.Categorical(logits=logits, validate_args=False).log_prob(actions)
             self.obs, rewards, terminated, truncated, info = self.env.step(actions.cpu().numpy())
             rewards_t = torch.as_tensor(rewards, dtype=torch.float32, device=self.device)
             cut = truncated & ~terminated
@@ -299,16 +308,19 @@ class Trainer:
             frac = max(0.0, 1.0 - self.update / self.total_updates_estimate)
             for group, lr in zip(self.optimizer.param_groups, (c.learning_rate_actor, c.learning_rate_critic)):
                 group["lr"] = frac * lr
-        snapshot = (copy.deepcopy(self.agent.state_dict()), copy.deepcopy(self.optimizer.state_dict()))
+        snapshot = _snapshot(self.agent, self.optimizer)
         stats = ppo_update(self.agent, self.optimizer, batch, self.settings, self.permutation_generator, self.comm)
         params_ok = all(bool(torch.isfinite(p).all()) for p in self.agent.parameters())
+        if params_ok:  # huge but finite weights can still give inf/nan outputs (and crash the next rollout)
+            with torch.no_grad():
+                logits, values, _ = self.agent(batch.obs, (batch.initial_h, batch.initial_c), batch.episode_starts)
+            params_ok = bool(torch.isfinite(logits).all()) and bool(torch.isfinite(values).all())
         ok = bool(self.comm.sum(torch.tensor([float(not (stats.finite and params_ok))], device=self.device)) == 0)
         self.update += 1
         if ok:
             self.bad_updates = 0
             return stats, False
-        self.agent.load_state_dict(snapshot[0])
-        self.optimizer.load_state_dict(snapshot[1])
+        _restore_snapshot(self.agent, self.optimizer, snapshot)
         self.bad_updates += 1
         self.log.line(f"warning: update {self.update} gave non-finite losses or parameters; skipped "
                       f"({self.bad_updates} in a row)", to_log=True)
@@ -401,6 +413,24 @@ class Trainer:
             "ranks": ranks,
         }
         self.checkpoints.save(state, self.update, is_best)
+
+
+def _snapshot(agent: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[list[Tensor], dict]:
+    """Copies of the parameters and the optimizer's per-parameter tensors (cheaper than deepcopy)."""
+    params = [p.detach().clone() for p in agent.parameters()]
+    state = {p: {k: v.clone() if torch.is_tensor(v) else v for k, v in s.items()} for p, s in optimizer.state.items()}
+    return params, state
+
+
+def _restore_snapshot(agent: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                      snapshot: tuple[list[Tensor], dict]) -> None:
+    """Undo an update: parameters and optimizer state back to :func:`_snapshot`'s copies."""
+    params, state = snapshot
+    with torch.no_grad():
+        for p, saved in zip(agent.parameters(), params):
+            p.copy_(saved)
+    optimizer.state.clear()
+    optimizer.state.update(state)
 
 
 def _python_rng_state(saved: Any) -> tuple:

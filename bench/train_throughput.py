@@ -1,0 +1,92 @@
+"""Training throughput: env-steps/s of the full PPO-LSTM loop (rollout + update), one core.
+
+Runs ppo-lstm-trader's trainer and, when installed, sb3-contrib's RecurrentPPO on
+the same trading env with the same sizes (8 envs x 16 steps = 128 transitions per
+update, 4 epochs x 4 minibatches, MLP 64x64, one shared LSTM of 64). Prints a table
+and one JSON line; compare the ratio, not the absolute numbers (shared machine).
+
+    python bench/train_throughput.py [--steps 20480]
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from envs.config import EnvConfig  # noqa: E402
+from ppo_lstm.config import TrainConfig  # noqa: E402
+from ppo_lstm.distributed import LocalComm, Worker  # noqa: E402
+from ppo_lstm.shutdown import StopRequest  # noqa: E402
+from ppo_lstm.trainer import Trainer  # noqa: E402
+
+NUM_ENVS, STEPS, EPOCHS, MINIBATCHES, SIZE = 8, 16, 4, 4, 64
+
+
+def ours(total_steps: int, env: EnvConfig) -> float:
+    """env-steps/s of ppo-lstm-trader's trainer (in-process, the same loop as the CLI)."""
+    episodes = max(NUM_ENVS, total_steps // env.episode_length)
+    with tempfile.TemporaryDirectory() as tmp:
+        config = TrainConfig(episodes=episodes, num_envs=NUM_ENVS, update_interval=NUM_ENVS * STEPS,
+                             epochs=EPOCHS, minibatches=MINIBATCHES, hidden_size=SIZE, lstm_size=SIZE,
+                             progress=False, log_file=os.path.join(tmp, "log"), checkpoint_dir=tmp,
+                             checkpoint_interval=10**9, log_interval=10**9, env=env)
+        trainer = Trainer(config, Worker(LocalComm(), 0, torch.device("cpu")), None, StopRequest())
+        start = time.perf_counter()
+        trainer.run()
+        return trainer.env_steps / (time.perf_counter() - start)
+
+
+def sb3_recurrent_ppo(total_steps: int, env: EnvConfig) -> float | None:
+    """env-steps/s of sb3-contrib RecurrentPPO on the same env, or None if not installed."""
+    try:
+        from sb3_contrib import RecurrentPPO
+        from stable_baselines3.common.env_util import make_vec_env
+    except ImportError:
+        print("sb3-contrib not installed: skipping RecurrentPPO (pip install -e '.[bench]')")
+        return None
+    from envs.trading_env import TradingEnv
+
+    vec = make_vec_env(lambda: TradingEnv(env), n_envs=NUM_ENVS, seed=1)
+    model = RecurrentPPO("MlpLstmPolicy", vec, n_steps=STEPS, batch_size=NUM_ENVS * STEPS // MINIBATCHES,
+                         n_epochs=EPOCHS, seed=1, device="cpu",
+                         policy_kwargs=dict(lstm_hidden_size=SIZE, net_arch=[SIZE, SIZE], shared_lstm=True,
+                                            enable_critic_lstm=False))
+    start = time.perf_counter()
+    model.learn(total_timesteps=total_steps)
+    return model.num_timesteps / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20480, help="env steps per framework")
+    parser.add_argument("--market", default="regime")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    env = EnvConfig(market=args.market)
+    results = {"ppo-lstm-trader": ours(args.steps, env), "sb3-contrib RecurrentPPO": sb3_recurrent_ppo(args.steps, env)}
+    base = results["sb3-contrib RecurrentPPO"]
+    print(f"{'trainer':<28}{'env-steps/s':>14}{'vs sb3-contrib':>16}")
+    for name, sps in results.items():
+        if sps is None:
+            continue
+        ratio = f"{sps / base:.1f}x" if base else "-"
+        print(f"{name:<28}{sps:>14,.0f}{ratio:>16}")
+    print(json.dumps({"bench": "train_throughput", "steps": args.steps, "market": args.market,
+                      "threads": 1, "env_steps_per_s": results,
+                      "ratio_vs_sb3": (results["ppo-lstm-trader"] / base) if base else None}))
+
+
+if __name__ == "__main__":
+    main()
