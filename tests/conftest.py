@@ -1,0 +1,216 @@
+"""Shared helpers for the end-to-end tests: run the real CLI in a subprocess, in its
+own temporary working directory, with a hard timeout, and check afterwards that no
+process of the run (launcher, spawned workers, torchrun agents) is left behind.
+
+A run's processes are found by their working directory (``/proc/<pid>/cwd``): every
+test run gets a fresh ``tmp_path`` as cwd, which its children inherit, so the check
+needs neither psutil nor process names.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN = str(ROOT / "train_ppo_lstm.py")
+
+# A tiny model and env: a 2-worker run of ~10 episodes takes a few seconds.
+TINY = ["--num-envs", "2", "--update-interval", "32", "--episode-length", "16", "--window", "8",
+        "--hidden-size", "16", "--lstm-size", "16", "--minibatches", "2", "--market", "regime",
+        "--device", "cpu", "--seed", "3", "--no-progress"]
+SPAWN2 = ["--distributed", "--num-gpus", "2"]
+
+
+def env_for_child(extra: Optional[dict[str, str]] = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    env["OMP_NUM_THREADS"] = "1"
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                 "PPO_LSTM_LOCK_HELD", "PPO_LSTM_DUMP_FINAL_DIR"):
+        env.pop(name, None)
+    env.update(extra or {})
+    return env
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("localhost", 0))
+        return sock.getsockname()[1]
+
+
+def processes_in(directory: Path) -> list[int]:
+    """Pids of live processes whose cwd is ``directory`` or below it."""
+    target = os.path.realpath(directory)
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+            with open(f"/proc/{entry}/stat") as handle:
+                state = handle.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and (cwd == target or cwd.startswith(target + os.sep)):
+            found.append(int(entry))
+    return found
+
+
+def kill_all_in(directory: Path) -> None:
+    for pid in processes_in(directory):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def assert_no_process_left(directory: Path, wait: float = 10.0) -> None:
+    """Every process started in ``directory`` must be gone (within ``wait`` seconds)."""
+    deadline = time.monotonic() + wait
+    while True:
+        left = processes_in(directory)
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            kill_all_in(directory)
+            pytest.fail(f"processes left behind in {directory}: {left}")
+        time.sleep(0.1)
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct children of ``pid`` (from /proc/<pid>/task/*/children)."""
+    out: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as handle:
+                out += [int(p) for p in handle.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+    cwd: Path
+    seconds: float
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    def error_lines(self) -> list[str]:
+        """The non-blank lines of stderr."""
+        return [line for line in self.stderr.splitlines() if line.strip()]
+
+
+class Run:
+    """One CLI process (with its own session) whose output goes to temp files."""
+
+    def __init__(self, cwd: Path, args: Sequence[str], launcher: Optional[Sequence[str]] = None,
+                 env: Optional[dict[str, str]] = None) -> None:
+        self.cwd = Path(cwd)
+        self.cwd.mkdir(parents=True, exist_ok=True)
+        self._out = tempfile.TemporaryFile()
+        self._err = tempfile.TemporaryFile()
+        command = list(launcher) if launcher is not None else [sys.executable, TRAIN]
+        self.started = time.monotonic()
+        self.process = subprocess.Popen(command + [str(a) for a in args], cwd=self.cwd, stdout=self._out,
+                                        stderr=self._err, env=env_for_child(env), start_new_session=True)
+        self.pid = self.process.pid
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def wait(self, timeout: float = 90.0, check_processes: bool = True) -> Result:
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_all_in(self.cwd)
+            self.process.kill()
+            self.process.wait()
+            pytest.fail(f"run in {self.cwd} did not finish within {timeout}s:\n{self._read(self._err)[-3000:]}")
+        seconds = time.monotonic() - self.started
+        result = Result(self.process.returncode, self._read(self._out), self._read(self._err), self.cwd, seconds)
+        if check_processes:
+            assert_no_process_left(self.cwd)
+        return result
+
+    @staticmethod
+    def _read(handle) -> str:
+        handle.seek(0)
+        return handle.read().decode(errors="replace")
+
+
+def run_cli(cwd: Path, *args: str, timeout: float = 90.0, launcher: Optional[Sequence[str]] = None,
+            env: Optional[dict[str, str]] = None) -> Result:
+    """Run the training CLI to the end in ``cwd``; fail the test on a timeout or a leftover process."""
+    return Run(cwd, args, launcher, env).wait(timeout)
+
+
+def torchrun(*args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", *args]
+
+
+def wait_for(predicate, timeout: float, what: str, run: Optional[Run] = None) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if run is not None and run.process.poll() is not None:
+            result = run.wait(check_processes=False)
+            pytest.fail(f"run ended (code {result.returncode}) before {what}:\n{result.output[-3000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def training_started(cwd: Path, checkpoint_dir: str = "checkpoints") -> bool:
+    """True once the run wrote its first metrics row (one update done)."""
+    metrics = cwd / checkpoint_dir / "metrics.csv"
+    try:
+        return len(metrics.read_text().splitlines()) >= 2
+    except OSError:
+        return False
+
+
+def episode_lines(log: Path) -> list[str]:
+    return [line for line in log.read_text().splitlines() if line.startswith("Episode ")]
+
+
+def load_state(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def assert_models_equal(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), f"parameter {key} differs"
+
+
+def copy_checkpoint(source_dir: Path, name: str, target_dir: Path) -> None:
+    """Put checkpoint ``name`` (and a ``latest`` pointing at it) into ``target_dir``."""
+    target_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(source_dir / name, target_dir / name)
+    (target_dir / "latest").write_text(name + "\n")
+
+
+@pytest.fixture
+def cwd(tmp_path: Path) -> Path:
+    """A fresh working directory for one run (the log file lands in the cwd)."""
+    path = tmp_path / "run"
+    path.mkdir()
+    return path
