@@ -133,6 +133,7 @@ class CheckpointDir:
     def save(self, state: dict[str, Any], update: int, is_best: bool) -> Path:
         """Write ``state`` as the checkpoint of ``update``, point ``latest`` at it,
         copy it to ``best.pt`` if ``is_best``, and drop checkpoints beyond ``keep``."""
+        self.path.mkdir(parents=True, exist_ok=True)
         path = self.path / f"checkpoint_u{update:08d}.pt"
         atomic_save(state, path)
         atomic_write_bytes(self.path / LATEST_NAME, lambda handle: handle.write(path.name.encode() + b"\n"))
@@ -141,6 +142,16 @@ class CheckpointDir:
         for old in self.checkpoints()[self.keep:]:
             old.unlink(missing_ok=True)
         return path
+
+    def remove_stale_temp_files(self) -> list[Path]:
+        """Delete temp files left by a writer that was killed mid-write. Call only while
+        holding the run lock (then no other process is writing here)."""
+        if not self.path.is_dir():
+            return []
+        stale = [p for p in self.path.iterdir() if p.name.startswith(".") and p.name.endswith(".tmp")]
+        for path in stale:
+            path.unlink(missing_ok=True)
+        return stale
 
     def latest(self) -> Optional[Path]:
         """The file ``latest`` points at, if it says anything."""

@@ -27,6 +27,7 @@ GROUP_TITLES = {
     DIST: "distributed: workers, rendezvous and faults",
 }
 DEFAULT_MASTER_PORT = 12355
+MAX_LEARNING_RATE = 10.0  # far above any useful Adam rate; larger ones overflow Adam's step
 
 
 def _f(default: Any, group: str, help: str, **extra: Any) -> Any:
@@ -169,10 +170,14 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
             raise UsageError(f"{_flag(name)} must be a positive count, got {value}")
     if config.num_gpus is not None and config.num_gpus < 1:
         raise UsageError(f"--num-gpus must be at least 1, got {config.num_gpus}")
-    for name in ("learning_rate_actor", "learning_rate_critic", "clip", "max_grad_norm", "dist_timeout"):
+    for name in ("clip", "max_grad_norm", "dist_timeout"):
         value = getattr(config, name)
         if not value > 0:
             raise UsageError(f"{_flag(name)} must be > 0, got {value}")
+    for name in ("learning_rate_actor", "learning_rate_critic"):
+        value = getattr(config, name)
+        if not 0 < value <= MAX_LEARNING_RATE:
+            raise UsageError(f"{_flag(name)} must be within (0, {MAX_LEARNING_RATE:g}], got {value:g}")
     for name in ("gamma", "gae_lambda"):
         value = getattr(config, name)
         if not 0.0 <= value <= 1.0:

@@ -128,6 +128,7 @@ class Trainer:
 
         self.checkpoints = CheckpointDir(config.checkpoint_dir, config.keep_checkpoints)
         if self.rank == 0:
+            self.checkpoints.remove_stale_temp_files()  # from a writer killed mid-save; the run lock is held
             run_dir = Path(config.checkpoint_dir)
             self.log: RunLogger | NullLogger = RunLogger(
                 config.log_file, run_dir / "metrics.csv", config.episodes, self.global_episodes, config.progress,
@@ -254,11 +255,12 @@ class Trainer:
             with torch.no_grad():
                 logits, values, self.lstm_state = self.agent(obs[None], self.lstm_state, starts[None])
                 logits, values = logits[0], values[0]  # [N, A], [N]
-                if not (bool(torch.isfinite(logits).all()) and bool(torch.isfinite(values).all())):
-                    raise TrainingError(f"the policy gave non-finite outputs after update {self.update}; lower "
-                                        f"--learning-rate-actor/--learning-rate-critic or --max-grad-norm, "
-                                        f"or check --data")
-                actions = torch.multinomial(logits.softmax(-1), 1, generator=self.sample_generator).squeeze(-1)
+                try:  # multinomial itself rejects inf/nan probabilities: no extra check on the hot path
+                    actions = torch.multinomial(logits.softmax(-1), 1, generator=self.sample_generator).squeeze(-1)
+                except RuntimeError as err:
+                    raise TrainingError(f"the policy gave non-finite outputs after update {self.update} ({err}); "
+                                        f"lower --learning-rate-actor/--learning-rate-critic or --max-grad-norm, "
+                                        f"or check --data") from None
                 log_probs = torch.distributions.Categorical(logits=logits, validate_args=False).log_prob(actions)
             self.obs, rewards, terminated, truncated, info = self.env.step(actions.cpu().numpy())
             rewards_t = torch.as_tensor(rewards, dtype=torch.float32, device=self.device)

@@ -56,6 +56,8 @@ def test_episode_share_gives_remainder_to_rank_0():
     ({"episodes": 0}, "--episodes must be a positive count"),
     ({"num_envs": -1}, "--num-envs must be a positive count"),
     ({"gamma": 1.5}, "--gamma must be within"),
+    ({"learning_rate_actor": 1e38}, "--learning-rate-actor must be within"),
+    ({"learning_rate_critic": 0.0}, "--learning-rate-critic must be within"),
     ({"minibatches": 3}, "--minibatches 3 must divide"),
     ({"env": EnvConfig(market="moon")}, "--market 'moon' is unknown"),
     ({"env": EnvConfig(window=0)}, "--window must be at least 1"),
