@@ -24,6 +24,9 @@ METRIC_COLUMNS = (
 )
 
 
+EPISODE_FIELDS = ("reward", "return", "closed_trades", "winning_trades", "open_lots", "steps")  # env info keys
+
+
 @dataclass
 class EpisodeTotals:
     """Sums over a set of finished episodes (any number of ranks)."""
@@ -39,6 +42,19 @@ class EpisodeTotals:
     def add(self, other: "EpisodeTotals") -> None:
         for name in vars(self):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    @classmethod
+    def of_records(cls, records: list[list[float]]) -> "EpisodeTotals":
+        """Sums over episode records ``[k, 6]`` laid out as :data:`EPISODE_FIELDS`."""
+        totals = cls(episodes=float(len(records)))
+        for record in records:
+            totals.reward += record[0]
+            totals.dollar_return += record[1]
+            totals.closed += record[2]
+            totals.wins += record[3]
+            totals.open_lots += record[4]
+            totals.steps += record[5]
+        return totals
 
     def as_list(self) -> list[float]:
         return [self.episodes, self.reward, self.dollar_return, self.closed, self.wins, self.open_lots, self.steps]

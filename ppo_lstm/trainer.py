@@ -28,7 +28,7 @@ from .checkpoint import CheckpointDir, CheckpointError, RunLock, from_safe, to_s
 from .config import TrainConfig, episode_share, steps_per_env
 from .distributed import Comm, Worker, parameters_in_sync
 from .errors import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, UsageError
-from .logger import EpisodeTotals, NullLogger, RunLogger, format_episode_line
+from .logger import EPISODE_FIELDS, EpisodeTotals, NullLogger, RunLogger, format_episode_line
 from .ppo import PPOSettings, UpdateStats, ppo_update
 from .shutdown import StopRequest
 
@@ -216,12 +216,12 @@ class Trainer:
             finished = self.global_episodes >= c.episodes
             while not finished:
                 tic = time.perf_counter()
-                local_totals = self._collect_rollout()
+                local_records = self._collect_rollout()
                 batch = self.buffer.finish(*self._bootstrap(), c.gamma, c.gae_lambda)
                 batch = batch.map(lambda _, t: self.comm.gather(t, dim=1))  # [T, N*W] on every rank
                 stats, skipped = self._update(batch)
-                finished, interrupted, rank_sps = self._agree(local_totals, time.perf_counter() - tic)
-                self._log_update(stats, skipped, rank_sps, time.perf_counter() - start)
+                finished, interrupted, rank_sps, records = self._agree(local_records, time.perf_counter() - tic)
+                self._log_update(records, stats, skipped, rank_sps, time.perf_counter() - start)
                 if finished or interrupted or self.global_episodes >= self.next_checkpoint_at:
                     self._checkpoint()
                 if interrupted:
@@ -240,13 +240,14 @@ class Trainer:
         finally:
             self.log.close()
 
-    def _collect_rollout(self) -> EpisodeTotals:
-        """Step the envs T times, filling the buffer. Returns this rank's counted episodes.
+    def _collect_rollout(self) -> np.ndarray:
+        """Step the envs T times, filling the buffer. Returns the records ``[k, 6]``
+        (:data:`EPISODE_FIELDS`) of the episodes this rank finished and counts, in order.
 
         A time-limit truncation is bootstrapped by adding gamma * V(final obs) to that
         step's reward (the final obs is valued with the episode's own LSTM state).
         """
-        totals = EpisodeTotals()
+        records = []
         self.buffer.initial_h.copy_(self.lstm_state[0])
         self.buffer.initial_c.copy_(self.lstm_state[1])
         for t in range(self.steps):
@@ -270,9 +271,9 @@ class Trainer:
             self.buffer.add(t, obs, starts, actions.float(), log_probs, values, rewards_t)
             self.episode_start = terminated | truncated
             if "_episode" in info:
-                totals.add(self._count_episodes(info["episode"], info["_episode"]))
+                records.append(self._count_episodes(info["episode"], info["_episode"]))
         self.env_steps += self.steps * self.config.num_envs * self.world_size
-        return totals
+        return np.concatenate(records) if records else np.zeros((0, len(EPISODE_FIELDS)))
 
     def _final_values(self, final_obs: np.ndarray, cut: np.ndarray) -> Tensor:
         """``[N]`` values of the final observations where ``cut``, 0 elsewhere."""
@@ -286,14 +287,11 @@ class Trainer:
         out[index] = values[0]
         return out
 
-    def _count_episodes(self, episode: dict[str, np.ndarray], mask: np.ndarray) -> EpisodeTotals:
-        """Sums over finished episodes, in env order, up to this rank's share."""
+    def _count_episodes(self, episode: dict[str, np.ndarray], mask: np.ndarray) -> np.ndarray:
+        """Records ``[k, 6]`` of the finished episodes, in env order, up to this rank's share."""
         rows = np.flatnonzero(mask)[: max(0, self.share - self.rank_episodes)]
         self.rank_episodes += len(rows)
-        return EpisodeTotals(float(len(rows)), float(episode["reward"][rows].sum()),
-                             float(episode["return"][rows].sum()), float(episode["closed_trades"][rows].sum()),
-                             float(episode["winning_trades"][rows].sum()), float(episode["open_lots"][rows].sum()),
-                             float(episode["steps"][rows].sum()))
+        return np.stack([episode[key][rows] for key in EPISODE_FIELDS], axis=1).astype(np.float64)
 
     def _bootstrap(self) -> tuple[Tensor, Tensor]:
         """Value ``[N]`` of the observation after the rollout, and its episode-start flags ``[N]``."""
@@ -331,29 +329,39 @@ class Trainer:
                                 f"--learning-rate-actor/--learning-rate-critic or --max-grad-norm, or check --data")
         return stats, True
 
-    def _agree(self, local: EpisodeTotals, seconds: float) -> tuple[bool, bool, list[float]]:
-        """The one per-update collective: episode sums, done and stop flags, env-steps/s per rank."""
-        row = torch.tensor([[*local.as_list(), float(self.rank_episodes >= self.share),
-                             float(self.stop.signum is not None), self.steps * self.config.num_envs / seconds]],
-                           dtype=torch.float64, device=self.device)
-        rows = self.comm.gather(row, dim=0).cpu()  # [W, 10]
-        summed = EpisodeTotals.from_list(rows[:, :7].sum(0).tolist())
-        self.global_episodes += int(summed.episodes)
-        self.interval_totals.add(summed)
-        self.checkpoint_totals.add(summed)
-        self._last_totals = summed
-        finished = bool(rows[:, 7].sum() == self.world_size)
-        interrupted = bool(rows[:, 8].sum() > 0)
-        return finished, interrupted, rows[:, 9].tolist()
+    def _agree(self, records: np.ndarray, seconds: float) -> tuple[bool, bool, list[float], list[list[float]]]:
+        """The one per-update collective. Each rank sends a fixed-size row (gloo needs equal
+        sizes): [episode count, done flag, stop flag, env-steps/s, records padded to T*N x 6].
 
-    def _log_update(self, stats: UpdateStats, skipped: bool, rank_sps: list[float], wall: float) -> None:
+        Returns (every rank done, some rank interrupted, env-steps/s per rank, every rank's
+        episode records in rank order).
+        """
+        capacity = self.steps * self.config.num_envs  # at most one episode per env per step
+        row = torch.zeros(1, 4 + capacity * len(EPISODE_FIELDS), dtype=torch.float64)
+        row[0, :4] = torch.tensor([len(records), float(self.rank_episodes >= self.share),
+                                   float(self.stop.signum is not None), capacity / seconds])
+        row[0, 4:4 + records.size] = torch.from_numpy(records.reshape(-1))
+        rows = self.comm.gather(row.to(self.device), dim=0).cpu()  # [W, 4 + capacity * 6]
+        gathered = [rows[r, 4:].view(capacity, -1)[: int(rows[r, 0])] for r in range(self.world_size)]
+        finished = bool(rows[:, 1].sum() == self.world_size)
+        interrupted = bool(rows[:, 2].sum() > 0)
+        return finished, interrupted, rows[:, 3].tolist(), torch.cat(gathered).tolist()
+
+    def _log_update(self, records: list[list[float]], stats: UpdateStats, skipped: bool, rank_sps: list[float],
+                    wall: float) -> None:
+        """Count the update's episodes one by one, so each log line covers exactly the
+        episodes since the previous one; then write the metrics row."""
         c = self.config
-        if self.global_episodes >= self.next_log_at or (self.interval_totals.episodes and
-                                                        self.global_episodes >= c.episodes):
-            self.log.line(format_episode_line(self.global_episodes, c.episodes, self.interval_totals,
-                                              self.world_size))
-            self.interval_totals = EpisodeTotals()
-            self.next_log_at = (self.global_episodes // c.log_interval + 1) * c.log_interval
+        for record in records:
+            self.global_episodes += 1
+            self.interval_totals.add(EpisodeTotals.of_records([record]))
+            if self.global_episodes >= self.next_log_at or self.global_episodes == c.episodes:
+                self.log.line(format_episode_line(self.global_episodes, c.episodes, self.interval_totals,
+                                                  self.world_size))
+                self.interval_totals = EpisodeTotals()
+                self.next_log_at = (self.global_episodes // c.log_interval + 1) * c.log_interval
+        update_totals = EpisodeTotals.of_records(records)
+        self.checkpoint_totals.add(update_totals)
         self.log.progress(self.global_episodes)
         self.log.metrics({
             "update": self.update, "episodes": self.global_episodes, "env_steps": self.env_steps,
@@ -363,8 +371,8 @@ class Trainer:
             "lr_actor": self.optimizer.param_groups[0]["lr"], "lr_critic": self.optimizer.param_groups[1]["lr"],
             "skipped": int(skipped), "sps_global": round(sum(rank_sps), 1),
             "sps_per_rank": ";".join(f"{s:.1f}" for s in rank_sps),
-            "episodes_finished": int(self._last_totals.episodes),
-            **(self._last_totals.means() if self._last_totals.episodes else {}),
+            "episodes_finished": len(records),
+            **(update_totals.means() if records else {}),
         })
 
     # ------------------------------------------------------------------ checkpoints
