@@ -4,7 +4,9 @@
 each ``[n, length]`` float64, where path ``i`` draws ONLY from ``rngs[i]``: a batch
 of n paths equals n separate one-path calls bit for bit. The per-path draws are
 the only Python loop over paths; everything else is vectorised across paths
-(elementwise ops, cumulative sums along time, a loop over time for OU/GARCH).
+(elementwise ops; cumulative sums/products along time, which also solve the
+OU and GARCH recursions in closed form). ``paths_from_noise`` is that vectorised
+part alone: ``envs.trading_env`` feeds it variates it drew ahead of time.
 
 Processes (per bar, on log close; volatility ``sigma`` ~0.5-2 %):
 
@@ -43,6 +45,8 @@ DEFAULTS: dict[str, dict[str, float]] = {
     "garch": {"sigma": 0.01, "alpha": 0.10, "beta": 0.85},
 }
 
+_ACCUMULATE_ROWS = 512  # from this many rows, accumulate along time with a loop over time
+_BLOCK = 256  # bars per closed-form block of the OU/GARCH recursions
 _N_UNIFORMS = 8  # 0 start price, 1 volume, 2 sigma, 3-5 process params, 6 process, 7 regime start
 _LOG_PRICE = (math.log(0.5), math.log(2000.0))
 _LOG_VOLUME = (math.log(1e3), math.log(1e6))
@@ -76,22 +80,60 @@ def _params(process: int, u: np.ndarray, randomise: bool) -> dict[str, np.ndarra
     return p
 
 
-def _log_returns(process: int, p: dict[str, np.ndarray], z: np.ndarray, extra: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Close-to-close log returns [m, length] and per-bar vol ([m, length] or [m, 1])."""
+def accumulate(ufunc: np.ufunc, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``ufunc.accumulate(x, axis=1)`` for x [m, T], bit for bit.
+
+    Both ways compute ``out[:, t] = ufunc(out[:, t-1], x[:, t])`` in sequence; for many
+    rows a Python loop over time, each step one ufunc call across all rows, beats
+    NumPy's row-by-row accumulate (a serial dependency per element).
+    """
+    m, length = x.shape
+    if m < _ACCUMULATE_ROWS or length < 2:
+        return ufunc.accumulate(x, axis=1, out=out)
+    xt = np.ascontiguousarray(x.T)  # [T, m]
+    for t in range(1, length):
+        ufunc(xt[t - 1], xt[t], out=xt[t])
+    if out is None:
+        return xt.T
+    out[...] = xt.T
+    return out
+
+
+def _log_returns(
+    process: int, p: dict[str, np.ndarray], z: np.ndarray, ext: np.ndarray | None, jump_z: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Close-to-close log returns [m, length] and per-bar vol ([m, length] or [m, 1]).
+
+    ``ext`` holds the process's extra uniforms (regime switches, jump arrivals) and
+    ``jump_z`` the jump sizes' normals. The OU and GARCH recursions are solved in
+    closed form along time, in blocks of ``_BLOCK`` bars: no Python loop over bars.
+    """
     sigma = p["sigma"][:, None]
     vol = sigma
     if process == GBM:
         r = sigma * z
         r -= 0.5 * sigma * sigma
     elif process == OU:
+        # dev[t+1] = keep * dev[t] + shock[t]; within a block of bars starting at s:
+        # dev[t+1] = keep^(t-s) * (keep * dev[s] + sum_{s<=k<=t} shock[k] * keep^-(k-s))
         keep = 1.0 - p["theta"]
-        shocks = np.ascontiguousarray((sigma * z).T)  # [length, m]
-        dev = np.zeros((z.shape[1] + 1, z.shape[0]))
-        for t in range(z.shape[1]):
-            dev[t + 1] = keep * dev[t] + shocks[t]
-        r = np.ascontiguousarray((dev[1:] - dev[:-1]).T)
+        shocks = sigma * z
+        dev = np.empty_like(shocks)  # dev[:, t] = deviation after shock t
+        before = np.zeros(len(z))
+        for s in range(0, z.shape[1], _BLOCK):
+            e = min(s + _BLOCK, z.shape[1])
+            powers = np.multiply.outer(np.log(keep), np.arange(e - s, dtype=np.float64))
+            np.exp(powers, out=powers)  # keep^j >= 0.9^_BLOCK: no underflow
+            block = dev[:, s:e]
+            np.divide(shocks[:, s:e], powers, out=block)
+            block[:, 0] += keep * before
+            np.cumsum(block, axis=1, out=block)
+            block *= powers
+            before = block[:, -1]
+        r = shocks
+        r[:, 1:] -= p["theta"][:, None] * dev[:, :-1]  # shock - theta * deviation before it
     elif process == REGIME:
-        flips = np.where(extra["switch"] < 1.0 - p["persistence"][:, None], -1.0, 1.0)
+        flips = np.where(ext < 1.0 - p["persistence"][:, None], -1.0, 1.0)
         state = np.cumprod(flips, axis=1)
         state *= p["start"][:, None] * p["drift"][:, None]  # +-drift
         r = sigma * z
@@ -100,25 +142,123 @@ def _log_returns(process: int, p: dict[str, np.ndarray], z: np.ndarray, extra: d
     elif process == JUMP:
         mean, std = p["jump_mean"], p["jump_std"]
         compensator = p["rate"] * (np.exp(mean + 0.5 * std * std) - 1.0)
-        hit = extra["arrival"] < p["rate"][:, None]  # at most one jump per bar
-        jumps = np.where(hit, mean[:, None] + std[:, None] * extra["jump_z"], 0.0)
+        hit = ext < p["rate"][:, None]  # at most one jump per bar
+        jumps = np.where(hit, mean[:, None] + std[:, None] * jump_z, 0.0)
         r = sigma * z - 0.5 * sigma * sigma - compensator[:, None] + jumps
     elif process == GARCH:
-        alpha, beta = p["alpha"], p["beta"]
-        omega = (1.0 - alpha - beta) * p["sigma"] * p["sigma"]
-        zt = np.ascontiguousarray(z.T)  # [length, m]
-        var = np.empty_like(zt)
-        eps = np.empty_like(zt)
-        var[0] = p["sigma"] * p["sigma"]
-        eps[0] = np.sqrt(var[0]) * zt[0]
-        for t in range(1, len(zt)):
-            var[t] = omega + alpha * eps[t - 1] * eps[t - 1] + beta * var[t - 1]
-            eps[t] = np.sqrt(var[t]) * zt[t]
-        r = np.ascontiguousarray((eps - 0.5 * var).T)
-        vol = np.ascontiguousarray(np.sqrt(var).T)
+        # var[t] = omega + alpha eps[t-1]^2 + beta var[t-1] = omega + a[t] var[t-1], a[t] = alpha z[t-1]^2 + beta;
+        # within a block of bars starting at s: var[t] = A[t] (var[s-1] + omega sum_{s<=k<=t} 1/A[k]),
+        # A[t] = a[s] ... a[t] >= beta^_BLOCK > 0
+        alpha, beta = p["alpha"][:, None], p["beta"][:, None]
+        var0 = p["sigma"] * p["sigma"]
+        omega = (1.0 - alpha - beta) * var0[:, None]
+        prod = np.multiply(z[:, :-1], z[:, :-1])
+        prod *= alpha
+        prod += beta  # prod[:, t-1] = a[t]
+        var = np.empty_like(z)
+        var[:, 0] = var0
+        for s in range(1, z.shape[1], _BLOCK):
+            e = min(s + _BLOCK, z.shape[1])
+            a = prod[:, s - 1 : e - 1]
+            np.cumprod(a, axis=1, out=a)
+            block = var[:, s:e]
+            np.divide(1.0, a, out=block)
+            np.cumsum(block, axis=1, out=block)
+            block *= omega
+            block += var[:, s - 1 : s]
+            block *= a
+        vol = np.sqrt(var)
+        r = vol * z  # eps
+        r -= 0.5 * var
     else:
         raise ValueError(f"unknown process index {process}")
     return r, vol
+
+
+def check_market(market: str) -> None:
+    """Raise ValueError for a market name that is not a process or "mixed"."""
+    if market != "mixed" and market not in PROCESSES:
+        raise ValueError(f"unknown market {market!r}; choose one of {', '.join(PROCESSES + ('mixed',))}")
+
+
+def process_index(market: str, u: np.ndarray) -> np.ndarray:
+    """Process [m] int64 of each path from its 8 parameter uniforms u [m, 8]."""
+    if market != "mixed":
+        return np.full(len(u), PROCESSES.index(market), np.int64)
+    pick = len(PROCESSES)
+    proc = (u[:, 6] * pick).astype(np.int64)
+    np.minimum(proc, pick - 1, out=proc)
+    return proc
+
+
+def paths_from_noise(
+    market: str,
+    u: np.ndarray,
+    z: np.ndarray,
+    ext: np.ndarray | None = None,
+    jump_z: np.ndarray | None = None,
+    aux: np.ndarray | None = None,
+    proc: np.ndarray | None = None,
+    with_open: bool = True,
+    prices: bool = True,
+) -> dict[str, np.ndarray]:
+    """Price paths [m, length] from their variates, vectorised across paths.
+
+    ``u`` [m, 8] parameter uniforms, ``z`` [m, length] shocks, ``ext`` [m, length]
+    extra uniforms (read only in regime/jump rows), ``jump_z`` [m, length] jump
+    normals (read only in jump rows), ``aux`` [m, 3, length] wick/volume normals
+    (only with it are high/low/volume returned); ``proc`` defaults to
+    ``process_index(market, u)``. Row i depends on row i of the inputs alone.
+    Returns ``open`` (unless ``with_open`` is False), ``close`` (and ``high``, ``low``,
+    ``volume``) [m, length], ``logret`` [m, length] (the log returns whose running sum
+    from ``log(first_open)`` is ``log(close)``) and ``first_open`` [m]; with ``prices``
+    False only ``logret`` and ``log_first_open`` [m].
+    """
+    check_market(market)
+    m, length = z.shape
+    randomise = market == "mixed"
+    if proc is None:
+        proc = process_index(market, u)
+    groups: list[tuple[int, np.ndarray | slice]] = []
+    if not randomise:
+        groups.append((PROCESSES.index(market), slice(None)))
+    else:
+        for process in range(len(PROCESSES)):
+            rows = np.flatnonzero(proc == process)
+            if len(rows) == m:
+                groups.append((process, slice(None)))
+            elif len(rows):
+                groups.append((process, rows))
+    r = np.empty((m, length))
+    vol = np.empty((m, length)) if aux is not None else None
+    ut = u.T  # [8, m]
+    for process, rows in groups:
+        p = _params(process, ut[:, rows], randomise)
+        e = ext[rows] if process in (REGIME, JUMP) else None
+        j = jump_z[rows] if process == JUMP else None
+        rk, vk = _log_returns(process, p, z[rows], e, j)
+        r[rows] = rk
+        if vol is not None:
+            vol[rows] = vk
+    log_p0 = _LOG_PRICE[0] + (_LOG_PRICE[1] - _LOG_PRICE[0]) * u[:, 0]
+    if not prices:
+        return {"logret": r, "log_first_open": log_p0}
+    close = accumulate(np.add, r)
+    close += log_p0[:, None]
+    np.exp(close, out=close)
+    out = {"close": close, "logret": r, "first_open": np.exp(log_p0)}
+    if with_open or aux is not None:
+        open_ = np.empty_like(close)
+        open_[:, 0] = out["first_open"]
+        open_[:, 1:] = close[:, :-1]
+        out["open"] = open_
+    if aux is not None:
+        log_volume = _LOG_VOLUME[0] + (_LOG_VOLUME[1] - _LOG_VOLUME[0]) * u[:, 1]
+        half = 0.5 * vol
+        out["high"] = np.maximum(open_, close) * np.exp(half * np.abs(aux[:, 0]))
+        out["low"] = np.minimum(open_, close) * np.exp(-(half * np.abs(aux[:, 1])))
+        out["volume"] = np.exp(log_volume[:, None] + 0.5 * aux[:, 2]) * (1.0 + np.abs(r) / vol)
+    return out
 
 
 def simulate(
@@ -130,61 +270,26 @@ def simulate(
     False), each ``[len(rngs), length]`` float64, all > 0, high >= max(open, close),
     low <= min(open, close).
     """
-    if market != "mixed" and market not in PROCESSES:
-        raise ValueError(f"unknown market {market!r}; choose one of {', '.join(PROCESSES + ('mixed',))}")
+    check_market(market)
     if length < 1:
         raise ValueError(f"length must be at least 1, got {length}")
     n = len(rngs)
-    randomise = market == "mixed"
-    fixed = -1 if randomise else PROCESSES.index(market)
     u = np.empty((n, _N_UNIFORMS))
     z = np.empty((n, length))
-    proc = np.full(n, fixed, np.int64)
-    extra: dict[str, np.ndarray] = {}
-    if fixed in (-1, REGIME):
-        extra["switch"] = np.empty((n, length))
-    if fixed in (-1, JUMP):
-        extra["arrival"] = np.empty((n, length))
-        extra["jump_z"] = np.empty((n, length))
+    ext = np.empty((n, length)) if market in ("mixed", "regime", "jump") else None
+    jump_z = np.empty((n, length)) if market in ("mixed", "jump") else None
     aux = np.empty((n, 3, length)) if ohlcv else None
-    pick = len(PROCESSES)
+    proc = np.empty(n, np.int64)
     for i, rng in enumerate(rngs):  # per-path draws only
         rng.random(out=u[i])
         rng.standard_normal(out=z[i])
-        p = fixed if fixed >= 0 else min(int(u[i, 6] * pick), pick - 1)
-        proc[i] = p
+        proc[i] = p = process_index(market, u[i : i + 1])[0]
         if p == REGIME:
-            rng.random(out=extra["switch"][i])
+            rng.random(out=ext[i])
         elif p == JUMP:
-            rng.random(out=extra["arrival"][i])
-            rng.standard_normal(out=extra["jump_z"][i])
+            rng.random(out=ext[i])
+            rng.standard_normal(out=jump_z[i])
         if aux is not None:
             rng.standard_normal(out=aux[i])
-    u = np.ascontiguousarray(u.T)  # [8, n]
-    fields = FIELDS if ohlcv else ("open", "close")
-    out = {f: np.empty((n, length)) for f in fields} if fixed < 0 else {}
-    for process in range(len(PROCESSES)) if fixed < 0 else (fixed,):
-        rows = np.flatnonzero(proc == process) if fixed < 0 else slice(None)  # [m] or all
-        if fixed < 0 and len(rows) == 0:
-            continue
-        needs = {REGIME: ("switch",), JUMP: ("arrival", "jump_z")}.get(process, ())
-        p = _params(process, u[:, rows], randomise)
-        r, vol = _log_returns(process, p, z[rows], {k: extra[k][rows] for k in needs})
-        close = np.cumsum(r, axis=1)
-        close += p["log_p0"][:, None]
-        np.exp(close, out=close)
-        open_ = np.empty_like(close)
-        open_[:, 0] = np.exp(p["log_p0"])
-        open_[:, 1:] = close[:, :-1]
-        group = {"open": open_, "close": close}
-        if aux is not None:
-            a = aux[rows]
-            half = 0.5 * vol
-            group["high"] = np.maximum(open_, close) * np.exp(half * np.abs(a[:, 0]))
-            group["low"] = np.minimum(open_, close) * np.exp(-(half * np.abs(a[:, 1])))
-            group["volume"] = np.exp(p["log_volume"][:, None] + 0.5 * a[:, 2]) * (1.0 + np.abs(r) / vol)
-        if fixed >= 0:
-            return group
-        for f in fields:
-            out[f][rows] = group[f]
-    return out
+    out = paths_from_noise(market, u, z, ext, jump_z, aux, proc)
+    return {f: out[f] for f in (FIELDS if ohlcv else ("open", "close"))}

@@ -28,7 +28,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from envs.config import EnvConfig
-from envs.simulated import simulate
+from envs.simulated import JUMP, REGIME, paths_from_noise, process_index
 
 if TYPE_CHECKING:
     from envs.data import MarketData
@@ -42,6 +42,9 @@ _STATE_ARRAYS = (
     "open", "close", "t", "units", "cash", "equity", "pos", "head",
     "entry", "entry_fee", "cost", "held", "mark", "ep_reward", "closed", "wins",
 )
+_INT_STATE = frozenset({"t", "pos", "head", "held", "closed", "wins"})  # float64 inside, int64 in the state
+_ACCUMULATE_ENVS = 64  # from this many envs, accumulate along time with a loop over time
+_POOL_EPISODES = 8  # episodes of variates per pool refill
 
 
 def make_config(config: EnvConfig | None, overrides: dict[str, Any]) -> EnvConfig:
@@ -67,8 +70,87 @@ def _rowsum(a: np.ndarray) -> np.ndarray:
     return out
 
 
+def _accumulate_time(ufunc: np.ufunc, x: np.ndarray) -> None:
+    """In place ``ufunc.accumulate(x, axis=0)`` for time-major x [T, m], bit for bit.
+
+    Either way ``x[t] = ufunc(x[t-1], x[t])`` in sequence; across many envs one ufunc
+    call per time step beats NumPy's accumulate (a serial chain per env).
+    """
+    if x.shape[1] < _ACCUMULATE_ENVS:
+        ufunc.accumulate(x, axis=0, out=x)
+        return
+    for t in range(1, len(x)):
+        ufunc(x[t - 1], x[t], out=x[t])
+
+
+class _Pool:
+    """Per-env buffers of variates drawn ahead of time, several episodes per draw.
+
+    Env i's buffer is refilled from ``rngs[i]`` alone, in one call, only when the
+    next episode needs more than is left (the rest is dropped), so what env i
+    reads is a function of its seed alone, whatever the other envs do. The state
+    is the generator state before the last refill plus the read position: enough
+    to redraw the buffer exactly.
+    """
+
+    def __init__(self, n: int, size: int, draw: str) -> None:
+        self.size, self.draw = size, draw
+        self.buf = np.empty((n, size))
+        self.cur = np.full(n, size, np.int64)  # read position; size: empty
+        self.before: list[dict | None] = [None] * n  # generator state before the last refill
+        self._views: dict[int, np.ndarray] = {}
+
+    def clear(self, i: int) -> None:
+        self.cur[i] = self.size
+        self.before[i] = None
+
+    def fill(self, i: int, rng: np.random.Generator) -> None:
+        self.before[i] = rng.bit_generator.state
+        getattr(rng, self.draw)(out=self.buf[i])
+        self.cur[i] = 0
+
+    def take(self, rows: np.ndarray, width: int, rngs: list) -> np.ndarray:
+        """The next ``width`` variates [len(rows), width] of each env in ``rows``."""
+        cur = self.cur[rows]
+        for j in np.flatnonzero(cur > self.size - width):
+            i = int(rows[j])
+            self.fill(i, rngs[i])
+            cur[j] = 0
+        view = self._views.get(width)
+        if view is None:
+            view = self._views[width] = sliding_window_view(self.buf, width, axis=1)
+        out = view[rows, cur]
+        self.cur[rows] = cur + width
+        return out
+
+    def get_state(self) -> dict[str, Any]:
+        return {"cursor": self.cur.copy(), "rngs": list(self.before)}
+
+    def set_state(self, state: dict[str, Any] | None) -> None:
+        for i in range(len(self.cur)):
+            self.clear(i)
+        if state is None:
+            return
+        for i, (st, cur) in enumerate(zip(state["rngs"], np.asarray(state["cursor"]))):
+            if st is None:
+                continue
+            rng = np.random.Generator(getattr(np.random, st["bit_generator"])())
+            rng.bit_generator.state = st
+            self.fill(i, rng)
+            self.cur[i] = int(cur)
+
+
 class TradingCore:
-    """N trading accounts stepped together. All state arrays are [N, ...]."""
+    """N trading accounts stepped together. All state arrays are [N, ...].
+
+    Prices live time-major (``[bars, N]``: one bar of every env is contiguous);
+    ``open``/``close`` are their [N, bars] views. Positions and counters are
+    float64 internally (no int/float casts per step) and int64 in the state and
+    the episode stats. While every env is at the same step (the usual case: envs
+    only fall out of step when one goes bust) a step reads plain rows, never
+    gathers. Simulated paths come from per-env pools of pre-drawn variates
+    (``_Pool``), so a reset costs no per-env generator calls.
+    """
 
     def __init__(self, num_envs: int, config: EnvConfig, data: MarketData | None = None) -> None:
         if num_envs < 1:
@@ -99,77 +181,147 @@ class TradingCore:
         self.rows = np.arange(num_envs)
         self._slot = np.arange(self.K)
         n, B, W, L, K = num_envs, self.bars, self.W, self.L, self.K
-        self.open = np.zeros((n, B))
-        self.close = np.ones((n, B))
+        self._open_t = np.zeros((B, n))  # time-major prices
+        self._close_t = np.ones((B, n))
         self.z = np.zeros((n, B - 1), np.float32)  # [N, W+L] normalised returns, z[:, b-1] = bar b
         self.z_win = sliding_window_view(self.z, W, axis=1)  # [N, L+1, W] view: obs windows
         self.t = np.zeros(n, np.int64)  # decisions taken this episode
+        self._t0 = 0  # the common t of all envs, -1 while they are out of step
         self.units = np.zeros(n)  # units per lot
         self.cash = np.zeros(n)
         self.equity = np.zeros(n)
-        self.pos = np.zeros(n, np.int64)  # signed lots
+        self.pos = np.zeros(n)  # signed lots
         self.head = np.zeros(n, np.int64)  # FIFO ring-buffer head
         self.entry = np.zeros((n, K))  # entry fill price per lot slot
         self.entry_fee = np.zeros((n, K))
         self.cost = np.zeros(n)  # sum of the open lots' entry fills
-        self.held = np.zeros(n, np.int64)  # steps in the current position
+        self.held = np.zeros(n)  # steps in the current position
         self.mark = np.ones(n)  # close of the current bar
         self.ep_reward = np.zeros(n)
-        self._scratch_close = np.empty((n, B))
-        self._scratch_ret = np.empty((n, B - 1))
-        self._scratch_ret2 = np.empty((n, B - 1))
-        self.closed = np.zeros(n, np.int64)
-        self.wins = np.zeros(n, np.int64)
+        self.closed = np.zeros(n)
+        self.wins = np.zeros(n)
+        self._targets = np.arange(c.num_actions, dtype=np.float64) - self.offset  # action -> target lots
+        self._scratch = [np.empty(B * n) for _ in range(3)]  # time-major [B, m] work arrays (flat)
+        self._tmp = [np.empty(n) for _ in range(4)]
+        # Pools: per episode 8 parameter uniforms (+ B for regime/jump paths) and B shock
+        # normals (+ B for jump paths); refilled about every _POOL_EPISODES episodes.
+        self._pool_owner: list[np.random.Generator | None] = [None] * n
+        self._upool = _Pool(n, _POOL_EPISODES * (B + 8), "random") if data is None else None
+        self._zpool = _Pool(n, _POOL_EPISODES * B, "standard_normal") if data is None else None
+
+    @property
+    def open(self) -> np.ndarray:
+        """Opens [N, W+L+1] of every env's episode (a view)."""
+        return self._open_t.T
+
+    @property
+    def close(self) -> np.ndarray:
+        """Closes [N, W+L+1] of every env's episode (a view)."""
+        return self._close_t.T
 
     # ------------------------------------------------------------------ reset
     def reset_rows(self, rows: np.ndarray) -> None:
         """Start a new episode for envs ``rows`` (int array), drawing from their RNGs."""
-        rngs = [self.rngs[i] for i in rows]
-        if any(g is None for g in rngs):
-            raise RuntimeError("seed the env (reset(seed=...)) before resetting it")
+        rows = np.asarray(rows, dtype=np.int64)
+        rngs = self.rngs
+        for i in rows.tolist():
+            g = rngs[i]
+            if g is None:
+                raise RuntimeError("seed the env (reset(seed=...)) before resetting it")
+            if g is not self._pool_owner[i]:  # a new generator (a reseed): drop what the old one drew
+                self._pool_owner[i] = g
+                if self._upool is not None:
+                    self._upool.clear(i)
+                    self._zpool.clear(i)
+        every = len(rows) == self.n and (self.n == 1 or bool((rows[1:] > rows[:-1]).all()))
+        sel = slice(None) if every else rows  # all envs: slices instead of scatters
+        m = len(rows)
         if self.data_close is None:
-            path = simulate(self.config.market, rngs, self.bars, ohlcv=False)
-            o, c = path["open"], path["close"]
+            log_first_open, r = self._draw_paths(rows)
+            ret = self._work(0, m)  # log returns, time-major [B, m]
+            ret[...] = r.T
+            close = self._close_t if every else self._work(1, m)
+            np.copyto(close, ret)
+            close[0] += log_first_open
+            _accumulate_time(np.add, close)  # log closes
+            np.exp(close, out=close)
+            if not every:
+                self._close_t[:, rows] = close
+            self._open_t[0, sel] = np.exp(log_first_open)
+            self._open_t[1:, sel] = close[:-1]  # bars open at the previous close
+            ret = ret[1:]
         else:
             top = len(self.data_close) - self.bars + 1
-            start = np.array([g.integers(0, top) for g in rngs], dtype=np.int64)
+            start = np.array([rngs[i].integers(0, top) for i in rows.tolist()], dtype=np.int64)
             idx = start[:, None] + np.arange(self.bars)
-            o, c = self.data_open[idx], self.data_close[idx]
-        self.open[rows] = o
-        self.close[rows] = c
-        self._prepare_returns(rows, c)
+            self._open_t[:, sel] = self.data_open[idx].T
+            self._close_t[:, sel] = self.data_close[idx].T
+            ret = self._log_returns(self._close_t[:, sel])
+        self._prepare_returns(sel, ret)
         cfg = self.config
-        ref = c[:, self.W]
-        self.units[rows] = cfg.initial_cash / (self.K * ref)
-        self.mark[rows] = ref
-        for name in ("t", "pos", "head", "held", "closed", "wins"):
-            getattr(self, name)[rows] = 0
-        for name in ("entry", "entry_fee", "cost", "ep_reward"):
-            getattr(self, name)[rows] = 0.0
-        self.cash[rows] = cfg.initial_cash
-        self.equity[rows] = cfg.initial_cash
+        ref = self._close_t[self.W, sel]  # the reference close of bar W
+        self.units[sel] = cfg.initial_cash / (self.K * ref)
+        self.mark[sel] = ref
+        for name in ("t", "head"):
+            getattr(self, name)[sel] = 0
+        for name in ("pos", "held", "closed", "wins", "entry", "entry_fee", "cost", "ep_reward"):
+            getattr(self, name)[sel] = 0.0
+        self.cash[sel] = cfg.initial_cash
+        self.equity[sel] = cfg.initial_cash
+        self._sync_t()
 
-    def _prepare_returns(self, rows: np.ndarray, close: np.ndarray) -> None:
-        """Normalised log returns z [n, W+L] (float32) of ``rows`` from close [n, W+L+1].
+    def _sync_t(self) -> None:
+        t0 = int(self.t[0])
+        self._t0 = t0 if (self.t == t0).all() else -1
+
+    def _draw_paths(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Simulated log first open [m] and log returns [m, W+L+1] of ``rows``, from their pools."""
+        market, B, rngs = self.config.market, self.bars, self.rngs
+        u = self._upool.take(rows, 8, rngs)
+        proc = process_index(market, u)
+        z = self._zpool.take(rows, B, rngs)
+        ext = jump_z = None
+        if market in ("mixed", "regime", "jump"):
+            ext = np.empty_like(z)
+            at = np.flatnonzero((proc == REGIME) | (proc == JUMP))
+            ext[at] = self._upool.take(rows[at], B, rngs)
+        if market in ("mixed", "jump"):
+            jump_z = np.empty_like(z)
+            at = np.flatnonzero(proc == JUMP)
+            jump_z[at] = self._zpool.take(rows[at], B, rngs)
+        path = paths_from_noise(market, u, z, ext, jump_z, proc=proc, prices=False)
+        return path["log_first_open"], path["logret"]
+
+    def _work(self, k: int, m: int, rows: int | None = None) -> np.ndarray:
+        """Scratch array k as a contiguous time-major [rows (default W+L+1), m] array."""
+        rows = self.bars if rows is None else rows
+        return self._scratch[k][: rows * m].reshape(rows, m)
+
+    def _log_returns(self, close_t: np.ndarray) -> np.ndarray:
+        """Log returns [W+L, m] of bars 1.. from time-major closes [W+L+1, m]."""
+        logc = np.log(close_t, out=self._work(0, close_t.shape[1]))
+        return np.subtract(logc[1:], logc[:-1], out=self._work(1, close_t.shape[1], self.bars - 1))
+
+    def _prepare_returns(self, rows: np.ndarray | slice, r: np.ndarray) -> None:
+        """Normalised log returns z (float32) of ``rows`` from their time-major log returns r [W+L, m].
 
         In-place on preallocated scratch: fresh multi-MB temporaries cost page faults.
         """
-        W, m = self.W, len(rows)
-        logc, ms = self._scratch_close[:m], self._scratch_ret[:m]
-        np.log(close, out=logc)
-        r = np.subtract(logc[:, 1:], logc[:, :-1], out=self._scratch_ret2[:m])  # [m, W+L]
-        np.multiply(r, r, out=ms)
-        np.cumsum(ms, axis=1, out=logc[:, 1:])  # logc is free again: running sum of r^2
-        logc[:, 0] = 0.0
-        np.subtract(logc[:, W:], logc[:, :-W], out=ms[:, W - 1 :])  # sum of the W squares ending at each bar
-        ms[:, : W - 1] = ms[:, W - 1 : W]  # the first W bars share the first full window
+        W, m = self.W, r.shape[1]
+        csum = self._work(2, m)  # csum[k] = sum of the first k squares
+        csum[0] = 0.0
+        np.multiply(r, r, out=csum[1:])
+        _accumulate_time(np.add, csum[1:])
+        ms = self._work(0 if np.may_share_memory(r, self._scratch[1]) else 1, m, self.bars - 1)
+        np.subtract(csum[W:], csum[:-W], out=ms[W - 1 :])  # sum of the W squares ending at each bar
+        ms[: W - 1] = ms[W - 1]  # the first W bars share the first full window
         np.multiply(ms, 1.0 / W, out=ms)
         np.maximum(ms, _TINY * _TINY, out=ms)
         np.sqrt(ms, out=ms)  # RMS, >= _TINY
-        np.divide(r, ms, out=r)
-        np.minimum(r, RETURN_CLIP, out=r)
-        np.maximum(r, -RETURN_CLIP, out=r)
-        self.z[rows] = r
+        np.divide(r, ms, out=ms)
+        np.minimum(ms, RETURN_CLIP, out=ms)
+        np.maximum(ms, -RETURN_CLIP, out=ms)
+        self.z[rows] = ms.T
 
     # ------------------------------------------------------------------- step
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -179,107 +331,206 @@ class TradingCore:
         the next bar's open with slippage; lots close FIFO, each closed lot is one
         trade; equity is marked at that bar's close.
         """
-        K = self.K
-        t0 = int(self.t[0])
-        if (self.t == t0).all():  # the usual case: a column slice instead of a gather
-            o, c = self.open[:, t0 + self.W + 1].copy(), self.close[:, t0 + self.W + 1].copy()  # not views
+        t0 = self._t0
+        if t0 >= 0:  # every env at the same step: one contiguous row of each price array
+            bar = t0 + self.W + 1
+            o, c = self._open_t[bar], self._close_t[bar]
         else:
             bar = self.t + (self.W + 1)
-            o, c = self.open[self.rows, bar], self.close[self.rows, bar]
-        target = actions - self.offset  # a new array: never aliases the caller's
+            o, c = self._open_t[bar, self.rows], self._close_t[bar, self.rows]
+        target = self._targets.take(actions)  # float lots, a new array
+        if self.K == 1:
+            self._trade_one_lot(target, o)
+        else:
+            self._trade_lots(target, o)
+        self.pos = target
+        np.copyto(self.mark, c)
+        equity = np.multiply(target, c)
+        equity *= self.units
+        equity += self.cash
+        reward = np.subtract(equity, self.equity)
+        reward *= self.reward_per_dollar
+        self.equity = equity
+        self.ep_reward += reward
+        self.t += 1
+        terminated = equity <= 0.0
+        if t0 >= 0:
+            self._t0 = t0 + 1
+            truncated = ~terminated if t0 + 1 >= self.L else np.zeros(self.n, bool)
+        else:
+            truncated = self.t >= self.L
+            truncated &= ~terminated
+        return reward, terminated, truncated
+
+    def _fill(self, trade: np.ndarray, o: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Fill price [N] (the open with adverse slippage) and the fee of one lot; pays for the trade."""
+        fill = np.sign(trade)
+        fill *= self.slip
+        fill += 1.0  # 1 + slip buying, 1 - slip selling (1 with no trade: unused)
+        fill *= o
+        lot_fee = np.multiply(fill, self.units)
+        cash = self._tmp[0]
+        np.multiply(trade, lot_fee, out=cash)  # signed notional traded
+        lot_fee *= self.fee
+        np.abs(trade, out=self._tmp[1])
+        self._tmp[1] *= lot_fee
+        cash += self._tmp[1]
+        self.cash -= cash
+        return fill, lot_fee
+
+    def _trade_one_lot(self, target: np.ndarray, o: np.ndarray) -> None:
+        """K = 1: each env closes and/or opens at most one lot.
+
+        Only ``entry`` is kept per step: with one lot, ``cost`` is ``entry * |pos|`` and
+        ``entry_fee`` is ``fee * entry * units``; ``_derived_lot_state`` fills both in
+        for the state.
+        """
+        pos, units, tmp = self.pos, self.units, self._tmp
+        trade = target - pos
+        fill = np.sign(trade)
+        fill *= self.slip
+        fill += 1.0  # 1 + slip buying, 1 - slip selling (1 with no trade: unused)
+        fill *= o
+        value = np.multiply(fill, units, out=tmp[0])  # of one lot at the fill
+        pay = np.abs(trade, out=tmp[1])
+        pay *= self.fee
+        pay += trade
+        pay *= value  # trade * value + |trade| * fee * value
+        self.cash -= pay
+        traded = trade != 0.0
+        closing = pos != 0.0
+        closing &= traded
+        self.closed += closing
+        entry = self.entry[:, 0]  # contiguous [N] view
+        was = np.multiply(entry, units, out=tmp[1])  # the open lot's value at its fill
+        gain = np.subtract(value, was, out=tmp[2])
+        gain *= pos
+        fees = np.add(value, was, out=tmp[3])
+        fees *= self.fee  # entry fee + exit fee
+        win = gain > fees  # the closed lot's PnL > 0
+        win &= closing
+        self.wins += win
+        untraded = ~traded
+        np.multiply(fill, traded, out=tmp[0])  # arithmetic select: no branch on random masks
+        entry *= untraded
+        entry += tmp[0]  # the new lot's fill if traded (when flat: unused)
+        held = self.held  # 0 while flat
+        held *= untraded
+        held += target != 0.0  # +1 holding on, 1 on a new position, 0 when flat
+
+    def _derived_lot_state(self) -> None:
+        """K = 1: ``cost`` and ``entry_fee`` from ``entry`` (not kept up to date by the step)."""
+        if self.K == 1:
+            np.multiply(self.entry[:, 0], np.abs(self.pos), out=self.cost)
+            self.entry_fee[:, 0] = self.entry[:, 0] * self.units * self.fee * np.abs(self.pos)
+
+    def _trade_lots(self, target: np.ndarray, o: np.ndarray) -> None:
+        """Any K: lots close FIFO from a ring buffer of K slots."""
+        K = self.K
         pos = self.pos
         trade = target - pos  # signed lots bought (+) or sold (-), all at one fill
         same = target * pos > 0
-        keep = np.where(same, np.minimum(np.abs(pos), np.abs(target)), 0)  # lots carried over
-        fill = o * np.where(trade > 0, 1.0 + self.slip, 1.0 - self.slip)
-        fill_units = fill * self.units  # notional of one lot
-        lot_fee = self.fee * fill_units
-        self.cash -= trade * fill_units + np.abs(trade) * lot_fee
+        keep = np.where(same, np.minimum(np.abs(pos), np.abs(target)), 0.0)  # lots carried over
+        fill, lot_fee = self._fill(trade, o)
         n_close = np.abs(pos) - keep
         if n_close.any():
-            closing = n_close[:, None] > 0 if K == 1 else (self._slot - self.head[:, None]) % K < n_close[:, None]
+            closing = (self._slot - self.head[:, None]) % K < n_close[:, None]
             side = np.sign(pos)[:, None]
             pnl = side * (fill[:, None] - self.entry) * self.units[:, None] - self.entry_fee - lot_fee[:, None]
             self.closed += n_close
             self.wins += np.count_nonzero(closing & (pnl > 0.0), axis=1)
             self.cost = np.where(keep == 0, 0.0, self.cost - _rowsum(np.where(closing, self.entry, 0.0)))
-            if K > 1:
-                self.head = (self.head + n_close) % K
+            self.head = (self.head + n_close.astype(np.int64)) % K
         n_open = np.abs(target) - keep
         if n_open.any():
-            if K == 1:
-                opening = n_open[:, None] > 0
-            else:
-                off = (self._slot - self.head[:, None]) % K
-                opening = (off >= keep[:, None]) & (off < (keep + n_open)[:, None])  # [N, K]
+            off = (self._slot - self.head[:, None]) % K
+            opening = (off >= keep[:, None]) & (off < (keep + n_open)[:, None])  # [N, K]
             self.entry = np.where(opening, fill[:, None], self.entry)
             self.entry_fee = np.where(opening, lot_fee[:, None], self.entry_fee)
             self.cost += n_open * fill
-        self.held = np.where(same, self.held + 1, target != 0)
-        self.pos = target
-        self.mark = c
-        equity = self.cash + target * self.units * c
-        reward = (equity - self.equity) * self.reward_per_dollar
-        self.equity = equity
-        self.ep_reward += reward
-        self.t += 1
-        terminated = equity <= 0.0
-        truncated = (self.t >= self.L) & ~terminated
-        return reward, terminated, truncated
+        self.held = np.where(same, self.held + 1.0, target != 0)
 
     # ---------------------------------------------------------------- observe
     def observe(self, rows: np.ndarray | None = None) -> np.ndarray:
         """Observations [len(rows), W+3] float32 at each env's current bar (all envs if None)."""
-        W = self.W
+        W, t0 = self.W, self._t0
         if rows is None:  # all envs: plain arrays, and a slice when every env is at the same step
-            pos, units, mark, cost, held, t = self.pos, self.units, self.mark, self.cost, self.held, self.t
-            t0 = int(t[0])
-            window = self.z[:, t0 : t0 + W] if (t == t0).all() else self.z_win[self.rows, t]
+            pos, units, mark, cost, held = self.pos, self.units, self.mark, self.cost, self.held
+            entry = self.entry[:, 0]
+            window = self.z[:, t0 : t0 + W] if t0 >= 0 else self.z_win[self.rows, self.t]
         else:
             pos, units, mark, cost, held = (a[rows] for a in (self.pos, self.units, self.mark, self.cost, self.held))
+            entry = self.entry[rows, 0]
             window = self.z_win[rows, self.t[rows]]
-        obs = np.empty((len(pos), W + 3), np.float32)
+        m = len(pos)
+        obs = np.empty((m, W + 3), np.float32)
         obs[:, :W] = window
-        obs[:, W] = pos * (1.0 / self.K)
-        upnl = np.sign(pos) * units * (np.abs(pos) * mark - cost)
+        np.multiply(pos, 1.0 / self.K, out=obs[:, W])
+        upnl = np.multiply(pos, units)
+        if self.K == 1:  # sign(pos) = pos, |pos| * mark = mark and cost = entry while a lot is open
+            upnl *= mark - entry
+        else:
+            upnl = np.abs(pos)
+            upnl *= mark
+            upnl -= cost
+            upnl *= units
+            upnl *= np.sign(pos)
         upnl *= UPNL_SCALE / self.config.initial_cash
         np.minimum(upnl, UPNL_CLIP, out=upnl)
-        np.maximum(upnl, -UPNL_CLIP, out=upnl)
-        obs[:, W + 1] = upnl
-        obs[:, W + 2] = held * (1.0 / self.L)
+        np.maximum(upnl, -UPNL_CLIP, out=obs[:, W + 1])
+        np.multiply(held, 1.0 / self.L, out=obs[:, W + 2])
         return obs
 
-    def episode_stats(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+    def episode_stats(self, rows: np.ndarray | slice) -> dict[str, np.ndarray]:
         """Episode summary for ``rows``: reward, return ($), trades, wins, open lots, steps."""
         return {
             "reward": self.ep_reward[rows].copy(),
             "return": self.equity[rows] - self.config.initial_cash,
-            "closed_trades": self.closed[rows].copy(),
-            "winning_trades": self.wins[rows].copy(),
-            "open_lots": np.abs(self.pos[rows]),
+            "closed_trades": self.closed[rows].astype(np.int64),
+            "winning_trades": self.wins[rows].astype(np.int64),
+            "open_lots": np.abs(self.pos[rows]).astype(np.int64),
             "steps": self.t[rows].copy(),
         }
 
     # ------------------------------------------------------------------ state
     def get_state(self) -> dict[str, Any]:
         """Complete state (arrays copied, RNG states as dicts)."""
-        state: dict[str, Any] = {name: getattr(self, name).copy() for name in _STATE_ARRAYS}
+        self._derived_lot_state()
+        state: dict[str, Any] = {}
+        for name in _STATE_ARRAYS:
+            value = getattr(self, name)
+            state[name] = value.astype(np.int64) if name in _INT_STATE else value.copy()
+        state["z"] = self.z.copy()
         state["num_envs"] = self.n
         state["config"] = asdict(self.config)
         state["rngs"] = [None if g is None else g.bit_generator.state for g in self.rngs]
+        if self._upool is not None:
+            state["pools"] = {"uniform": self._upool.get_state(), "normal": self._zpool.get_state()}
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore ``get_state()`` output; later steps reproduce the original bit for bit."""
         if state["num_envs"] != self.n or state["config"] != asdict(self.config):
             raise ValueError("state was saved from an env with a different num_envs or config")
+        values = {}
         for name in _STATE_ARRAYS:
             value = np.asarray(state[name])
             current = getattr(self, name)
             if value.shape != current.shape:
                 raise ValueError(f"state[{name!r}] has shape {value.shape}, expected {current.shape}")
-            setattr(self, name, value.astype(current.dtype, copy=True))
-        self._prepare_returns(self.rows, self.close)  # z is derived from close
+            values[name] = value.astype(current.dtype, copy=True)
+        for name, value in values.items():
+            if name == "open":
+                self._open_t[...] = value.T
+            elif name == "close":
+                self._close_t[...] = value.T
+            else:
+                setattr(self, name, value)
+        if "z" in state:  # simulated episodes: z came from the simulator's exact log returns
+            self.z[...] = np.asarray(state["z"], dtype=np.float32)
+        else:
+            self._prepare_returns(slice(None), self._log_returns(self._close_t))
+        self._sync_t()
         for i, st in enumerate(state["rngs"]):
             if st is None:
                 self.rngs[i] = None
@@ -287,6 +538,11 @@ class TradingCore:
             if self.rngs[i] is None:
                 self.rngs[i] = np.random.Generator(getattr(np.random, st["bit_generator"])())
             self.rngs[i].bit_generator.state = st
+        self._pool_owner = list(self.rngs)
+        if self._upool is not None:
+            pools = state.get("pools") or {}  # none in states saved before the pools existed
+            self._upool.set_state(pools.get("uniform"))
+            self._zpool.set_state(pools.get("normal"))
 
 
 class TradingEnv(gym.Env):

@@ -80,7 +80,7 @@ class VectorTradingEnv(gym.vector.VectorEnv):
             raise RuntimeError("call reset() before step()")
         core = self.core
         actions = np.asarray(actions, dtype=np.int64).reshape(self.num_envs)
-        if actions.min() < 0 or actions.max() >= self.config.num_actions:
+        if (actions.view(np.uint64) >= self.config.num_actions).any():  # negatives wrap to huge
             raise ValueError(f"actions must lie in 0..{self.config.num_actions - 1}")
         rewards, terminated, truncated = core.step(actions)
         obs = core.observe()
@@ -88,17 +88,23 @@ class VectorTradingEnv(gym.vector.VectorEnv):
         done = terminated | truncated
         if done.any():
             rows = np.flatnonzero(done)
-            stats = core.episode_stats(rows)
-            episode: dict[str, np.ndarray] = {}
-            for key, value in stats.items():
-                full = np.zeros(self.num_envs, value.dtype)
-                full[rows] = value
-                episode[key] = full
-            final_obs = np.zeros_like(obs)
-            final_obs[rows] = obs[rows]
+            if len(rows) == self.num_envs:  # every env at once (the usual case): no gathers
+                episode = core.episode_stats(slice(None))
+                final_obs = obs
+            else:
+                episode = {}
+                for key, value in core.episode_stats(rows).items():
+                    full = np.zeros(self.num_envs, value.dtype)
+                    full[rows] = value
+                    episode[key] = full
+                final_obs = np.zeros_like(obs)
+                final_obs[rows] = obs[rows]
             infos = {"final_obs": final_obs, "_final_obs": done, "episode": episode, "_episode": done.copy()}
             core.reset_rows(rows)
-            obs[rows] = core.observe(rows)
+            if final_obs is obs:
+                obs = core.observe()
+            else:
+                obs[rows] = core.observe(rows)
         return obs, rewards, terminated, truncated, infos
 
     def get_state(self) -> dict[str, Any]:

@@ -82,3 +82,30 @@ def test_gbm_is_a_martingale() -> None:
 def test_unknown_market_raises() -> None:
     with pytest.raises(ValueError, match="unknown market"):
         simulate("brownian", _rngs([0]), 10)
+
+
+@pytest.mark.parametrize("length", [7, 161, 600])
+def test_ou_and_garch_closed_forms_match_their_recursions(length: int) -> None:
+    # the OU/GARCH recursions are solved along time in closed form (blocks of _BLOCK bars)
+    from envs import simulated as sim
+
+    rng = np.random.default_rng(length)
+    m = 30
+    z, u = rng.standard_normal((m, length)), rng.random((8, m))
+    p = sim._params(sim.GARCH, u, True)
+    r, vol = sim._log_returns(sim.GARCH, p, z, None, None)
+    omega = (1.0 - p["alpha"] - p["beta"]) * p["sigma"] ** 2
+    var, eps = np.empty((length, m)), np.empty((length, m))
+    var[0] = p["sigma"] ** 2
+    eps[0] = np.sqrt(var[0]) * z[:, 0]
+    for t in range(1, length):
+        var[t] = omega + p["alpha"] * eps[t - 1] ** 2 + p["beta"] * var[t - 1]
+        eps[t] = np.sqrt(var[t]) * z[:, t]
+    np.testing.assert_allclose(vol, np.sqrt(var).T, rtol=1e-12)
+    np.testing.assert_allclose(r, (eps - 0.5 * var).T, rtol=1e-10, atol=1e-15)
+    p = sim._params(sim.OU, u, True)
+    r, _ = sim._log_returns(sim.OU, p, z, None, None)
+    dev = np.zeros((length + 1, m))
+    for t in range(length):
+        dev[t + 1] = (1.0 - p["theta"]) * dev[t] + p["sigma"] * z[:, t]
+    np.testing.assert_allclose(r, np.diff(dev, axis=0).T, rtol=1e-9, atol=1e-15)

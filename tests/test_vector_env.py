@@ -180,3 +180,67 @@ def test_prices_untouched_across_autoresets() -> None:
             *_, info = venv.step(np.full(3, 2))
         want = cfg.initial_cash * (close[:, -1] / close[:, 4] - 1.0)
         np.testing.assert_allclose(info["episode"]["return"], want, rtol=1e-9)
+
+
+def _compare_run(venv, singles, n, steps, num_actions, seed=0) -> int:
+    rng = np.random.default_rng(seed)
+    finished = 0
+    for _ in range(steps):
+        actions = rng.integers(0, num_actions, n)
+        vobs, vrew, vterm, vtrunc, vinfo = venv.step(actions)
+        for i, env in enumerate(singles):
+            obs, rew, term, trunc, info = env.step(int(actions[i]))
+            assert _same(rew, vrew[i]) and term == vterm[i] and trunc == vtrunc[i]
+            if term or trunc:
+                finished += 1
+                assert _same(obs, vinfo["final_obs"][i])
+                for key in EPISODE_KEYS:
+                    assert _same(info["episode"][key], vinfo["episode"][key][i]), key
+                obs, _ = env.reset()
+            assert _same(obs, vobs[i])
+    return finished
+
+
+@pytest.mark.parametrize("max_position", [1, 2])
+def test_out_of_step_envs_equal_single_bitwise(max_position: int) -> None:
+    # envs at different steps (gathers instead of rows) and partial auto-resets of simulated
+    # paths (some envs' pools only) must still match the single envs bit for bit
+    cfg = EnvConfig(market="mixed", window=6, episode_length=9, max_position=max_position)
+    n = 4
+    venv = VectorTradingEnv(n, cfg)
+    singles = [TradingEnv(cfg) for _ in range(n)]
+    venv.reset(seed=3)
+    for i, env in enumerate(singles):
+        env.reset(seed=3 + i)
+    assert _compare_run(venv, singles, n, 4, cfg.num_actions) == 0
+    vstate = venv.get_state()
+    for i in (1, 2):  # move envs 1 and 2 ahead by i steps
+        vstate["t"][i] += i
+        single = singles[i].get_state()
+        single["t"][0] += i
+        singles[i].set_state(single)
+    venv.set_state(vstate)
+    assert venv.core._t0 == -1
+    assert _compare_run(venv, singles, n, 12 * cfg.episode_length, cfg.num_actions, seed=1) >= 10 * n
+
+
+def test_state_round_trip_k1_across_pool_refills() -> None:
+    # K=1 (the one-lot step) with short episodes: the variate pools refill several times
+    cfg = EnvConfig(market="mixed", window=4, episode_length=5)
+    venv = VectorTradingEnv(5, cfg)
+    venv.reset(seed=21)
+    acts = np.random.default_rng(4).integers(0, 3, (140, 5))
+    for a in acts[:23]:
+        venv.step(a)
+    state = pickle.loads(pickle.dumps(venv.get_state()))
+    want = [venv.step(a) for a in acts[23:]]
+    other = VectorTradingEnv(5, cfg)
+    other.set_state(state)
+    got = [other.step(a) for a in acts[23:]]
+    for (o1, r1, te1, tr1, i1), (o2, r2, te2, tr2, i2) in zip(want, got):
+        assert _same(o1, o2) and _same(r1, r2) and _same(te1, te2) and _same(tr1, tr2)
+        assert i1.keys() == i2.keys()
+        if "episode" in i1:
+            assert _same(i1["final_obs"], i2["final_obs"])
+            for key in EPISODE_KEYS:
+                assert _same(i1["episode"][key], i2["episode"][key])
