@@ -301,7 +301,8 @@ def _run_worker(config: TrainConfig, device: str, worker_fn: WorkerFn, local_ran
         torch.cuda.set_device(local_rank)
         torch_device = torch.device("cuda", local_rank)
     else:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
+        # roughly cores / workers, unless the user pinned OMP_NUM_THREADS (torchrun pins it to 1)
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or 0) or max(1, (os.cpu_count() or 1) // local_world))
         torch_device = torch.device("cpu")
     backend = config.backend or ("nccl" if device == "cuda" else "gloo")
     dist.init_process_group(backend, init_method="env://",
