@@ -211,8 +211,3 @@ def steps_per_env(config: TrainConfig, world_size: int = 1) -> int:
         )
     return u // (n * w)
 
-
-def episode_share(total: int, rank: int, world_size: int) -> int:
-    """Episodes rank ``rank`` must finish: total // world_size, plus the remainder on rank 0."""
-    share = total // world_size
-    return share + total % world_size if rank == 0 else share

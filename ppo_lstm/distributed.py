@@ -149,6 +149,21 @@ def parameters_in_sync(comm: Comm, module: nn.Module, optimizer: Optional[torch.
     return False
 
 
+# --------------------------------------------------------------------------- per-rank policy
+
+
+def episode_share(total: int, rank: int, world_size: int) -> int:
+    """Episodes rank ``rank`` must finish: total // world_size, plus the remainder on rank 0."""
+    share = total // world_size
+    return share + total % world_size if rank == 0 else share
+
+
+def trades_history(config: TrainConfig, rank: int) -> bool:
+    """Whether ``rank`` trades ``--data``: rank 0 does; the others simulate markets (for
+    diversity) unless ``--data-all-ranks`` is set."""
+    return config.data is not None and (rank == 0 or config.data_all_ranks)
+
+
 # --------------------------------------------------------------------------- launching
 
 
@@ -167,6 +182,14 @@ WorkerFn = Callable[[TrainConfig, Worker], int]
 def launched_by_torchrun() -> bool:
     """True inside a process started by torchrun (or any env:// launcher)."""
     return all(name in os.environ for name in TORCHRUN_VARIABLES)
+
+
+def announces_for_job(config: TrainConfig) -> bool:
+    """Whether this process prints job-wide notices (e.g. the CPU fallback): the spawning
+    launcher, or global rank 0 under torchrun; never a single-device run."""
+    if launched_by_torchrun():
+        return os.environ["RANK"] == "0"
+    return config.distributed
 
 
 def resolve_device(requested: str, announce: bool = True) -> str:

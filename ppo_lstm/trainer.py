@@ -25,8 +25,8 @@ from envs.vector import VectorTradingEnv
 from .agent import LSTMState, RecurrentActorCritic
 from .buffer import RolloutBuffer
 from .checkpoint import CheckpointDir, CheckpointError, RunLock, from_safe, to_safe
-from .config import TrainConfig, episode_share, steps_per_env
-from .distributed import Comm, Worker, parameters_in_sync
+from .config import TrainConfig, steps_per_env
+from .distributed import Comm, Worker, episode_share, parameters_in_sync, trades_history
 from .errors import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, UsageError
 from .logger import EPISODE_FIELDS, EpisodeTotals, NullLogger, RunLogger, format_episode_line
 from .ppo import PPOSettings, UpdateStats, ppo_update
@@ -141,7 +141,7 @@ class Trainer:
     def _market_data(self) -> Optional[MarketData]:
         """Rank 0 (every rank with --data-all-ranks) trades --data; the others simulate."""
         c = self.config
-        if c.data is None or (self.rank != 0 and not c.data_all_ranks):
+        if not trades_history(c, self.rank):
             return None
         try:
             return load_ohlcv(c.data, c.date_format, min_rows=c.env.window + c.env.episode_length + 1)

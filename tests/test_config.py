@@ -4,7 +4,8 @@ import dataclasses
 import pytest
 
 from envs.config import EnvConfig
-from ppo_lstm.config import TrainConfig, build_parser, config_from_args, episode_share, steps_per_env, validate
+from ppo_lstm.config import TrainConfig, build_parser, config_from_args, steps_per_env, validate
+from ppo_lstm.distributed import episode_share, trades_history
 from ppo_lstm.errors import UsageError
 
 
@@ -50,6 +51,14 @@ def test_update_interval_split():
 def test_episode_share_gives_remainder_to_rank_0():
     assert [episode_share(11, r, 2) for r in range(2)] == [6, 5]
     assert sum(episode_share(10, r, 3) for r in range(3)) == 10
+
+
+def test_history_goes_to_rank_0_unless_all_ranks_asked():
+    with_data = TrainConfig(data="prices.csv")
+    assert [trades_history(with_data, r) for r in range(3)] == [True, False, False]
+    everyone = TrainConfig(data="prices.csv", data_all_ranks=True)
+    assert [trades_history(everyone, r) for r in range(3)] == [True, True, True]
+    assert not trades_history(TrainConfig(), 0)
 
 
 @pytest.mark.parametrize("changes, message", [

@@ -17,7 +17,8 @@ import pytest
 
 from conftest import (SPAWN2, TINY, Run, assert_models_equal, assert_no_process_left, children_of, episode_lines,
                       free_port, load_state, run_cli, torchrun, training_started, wait_for, TRAIN)
-from ppo_lstm.config import TrainConfig, episode_share, steps_per_env
+from ppo_lstm.config import TrainConfig, steps_per_env
+from ppo_lstm.distributed import episode_share
 from ppo_lstm.errors import UsageError
 
 pytestmark = pytest.mark.timeout(180)
