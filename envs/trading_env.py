@@ -45,6 +45,7 @@ _STATE_ARRAYS = (
 _INT_STATE = frozenset({"t", "pos", "head", "held", "closed", "wins"})  # float64 inside, int64 in the state
 _ACCUMULATE_ENVS = 64  # from this many envs, accumulate along time with a loop over time
 _POOL_EPISODES = 8  # episodes of variates per pool refill
+_BM_BLOCK = 16384  # variates per Box-Muller block (cache sized)
 
 
 def make_config(config: EnvConfig | None, overrides: dict[str, Any]) -> EnvConfig:
@@ -106,8 +107,10 @@ class _Pool:
         self.cur = np.full(n, size, np.int64)  # read position; size: empty
         self.before: list[dict | None] = [None] * n  # generator state before the last refill
         self._views: dict[int, np.ndarray] = {}
-        self._angle = np.empty((n, size // 2), np.float32) if normal else None
-        self._trig = np.empty((n, size // 2), np.float32) if normal else None
+        rows = max(1, _BM_BLOCK // (size // 2))
+        self._angle = np.empty((rows, size // 2), np.float32) if normal else None
+        self._trig = np.empty((rows, size // 2), np.float32) if normal else None
+        self._wide = np.empty((rows, size // 2)) if normal else None
 
     def clear(self, i: int) -> None:
         self.cur[i] = self.size
@@ -119,23 +122,32 @@ class _Pool:
         self.cur[i] = 0
 
     def _to_normal(self, rows: list[int]) -> None:
-        """Box-Muller in place on the uniforms of ``rows`` (first half: cos, second: sin)."""
+        """Box-Muller in place on the uniforms of ``rows`` (first half: cos, second: sin).
+
+        In blocks of rows that stay in cache (the passes are memory bound otherwise).
+        """
         if not self.normal or not rows:
             return
         k, h = len(rows), self.size // 2
         every = k == len(self.buf) and rows == list(range(k))
         x = self.buf if every else self.buf[rows]
-        ang, trig = self._angle[:k], self._trig[:k]
-        rad, other = x[:, :h], x[:, h:]
-        np.multiply(other, 2.0 * np.pi, out=ang, casting="same_kind")
-        np.subtract(1.0, rad, out=rad)  # (0, 1]
-        np.log(rad, out=rad)
-        rad *= -2.0
-        np.sqrt(rad, out=rad)
-        np.sin(ang, out=trig)
-        np.multiply(rad, trig, out=other)
-        np.cos(ang, out=trig)
-        rad *= trig
+        step = max(1, _BM_BLOCK // h)
+        for s in range(0, k, step):
+            e = min(k, s + step)
+            ang, trig, wide = self._angle[: e - s], self._trig[: e - s], self._wide[: e - s]
+            rad, other = x[s:e, :h], x[s:e, h:]
+            np.multiply(other, 2.0 * np.pi, out=other)
+            np.copyto(ang, other, casting="same_kind")
+            np.subtract(1.0, rad, out=rad)  # (0, 1]
+            np.log(rad, out=rad)
+            rad *= -2.0
+            np.sqrt(rad, out=rad)
+            np.sin(ang, out=trig)
+            np.copyto(wide, trig)
+            np.multiply(rad, wide, out=other)
+            np.cos(ang, out=trig)
+            np.copyto(wide, trig)
+            rad *= wide
         if not every:
             self.buf[rows] = x
 
