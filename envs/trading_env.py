@@ -252,6 +252,7 @@ class TradingCore:
         self._targets = np.arange(c.num_actions, dtype=np.float64) - self.offset  # action -> target lots
         self._scratch = [np.empty(B * n) for _ in range(3)]  # time-major [B, m] work arrays (flat)
         self._tmp = [np.empty(n) for _ in range(4)]
+        self._feat = np.empty((3, n))  # observation columns W.. before the float32 cast
         # Pools: per episode 8 parameter uniforms (+ B for regime/jump paths) and B shock
         # normals (+ B for jump paths); refilled about every _POOL_EPISODES episodes.
         self._pool_owner: list[np.random.Generator | None] = [None] * n
@@ -514,20 +515,23 @@ class TradingCore:
         m = len(pos)
         obs = np.empty((m, W + 3), np.float32)
         obs[:, :W] = window
-        np.multiply(pos, 1.0 / self.K, out=obs[:, W])
-        upnl = np.multiply(pos, units)
+        f = self._feat[:, :m] if m <= self.n else np.empty((3, m))  # [3, m] float64, then one cast copy
+        np.multiply(pos, 1.0 / self.K, out=f[0])
+        upnl = f[1]
         if self.K == 1:  # sign(pos) = pos, |pos| * mark = mark and cost = entry while a lot is open
-            upnl *= mark - entry
+            np.subtract(mark, entry, out=upnl)
+            upnl *= pos
         else:
-            upnl = np.abs(pos)
+            np.abs(pos, out=upnl)
             upnl *= mark
             upnl -= cost
-            upnl *= units
             upnl *= np.sign(pos)
+        upnl *= units
         upnl *= UPNL_SCALE / self.config.initial_cash
         np.minimum(upnl, UPNL_CLIP, out=upnl)
-        np.maximum(upnl, -UPNL_CLIP, out=obs[:, W + 1])
-        np.multiply(held, 1.0 / self.L, out=obs[:, W + 2])
+        np.maximum(upnl, -UPNL_CLIP, out=upnl)
+        np.multiply(held, 1.0 / self.L, out=f[2])
+        obs[:, W:] = f.T
         return obs
 
     def episode_stats(self, rows: np.ndarray | slice) -> dict[str, np.ndarray]:
