@@ -26,7 +26,7 @@ from .agent import LSTMState, RecurrentActorCritic
 from .buffer import RolloutBuffer
 from .checkpoint import CheckpointDir, CheckpointError, RunLock, from_safe, to_safe
 from .config import TrainConfig, steps_per_env
-from .distributed import Comm, Worker, episode_share, parameters_in_sync, trades_history
+from .distributed import Comm, Worker, episode_share, parameters_in_sync, remaining_episode_shares, trades_history
 from .errors import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, UsageError
 from .logger import EPISODE_FIELDS, EpisodeTotals, NullLogger, RunLogger, format_episode_line
 from .ppo import PPOSettings, UpdateStats, ppo_update
@@ -123,6 +123,7 @@ class Trainer:
         self.episode_start = np.ones(config.num_envs, dtype=bool)  # [N]
         self.lstm_state: LSTMState = self.agent.initial_state(config.num_envs, self.device)
         self.resume_note = ""
+        self.resumed_from: Optional[Path] = None
         if resume is not None:
             self._restore(*resume)
 
@@ -174,6 +175,9 @@ class Trainer:
         if same_layout:
             rank_state = state["ranks"][self.rank]
             self.rank_episodes = rank_state["rank_episodes"]
+            done = [r["rank_episodes"] for r in state["ranks"]]
+            self.share = self.rank_episodes + remaining_episode_shares(self.config.episodes, done,
+                                                                       self.world_size)[self.rank]
             torch.set_rng_state(rank_state["torch_rng"])
             np.random.set_state(from_safe(rank_state["numpy_rng"]))
             random.setstate(_python_rng_state(rank_state["python_rng"]))
@@ -183,10 +187,10 @@ class Trainer:
             self.episode_start = from_safe(rank_state["episode_start"])
             self.lstm_state = (rank_state["lstm_h"].to(self.device), rank_state["lstm_c"].to(self.device))
         else:
-            # A different layout: episodes already counted are split afresh, envs restart.
-            done = self.global_episodes
-            self.rank_episodes = episode_share(done, self.rank, self.world_size) if done < self.config.episodes \
-                else self.share
+            # A different layout: what is left is split afresh, envs restart.
+            self.rank_episodes = 0
+            self.share = remaining_episode_shares(max(0, self.config.episodes - self.global_episodes), [],
+                                                  self.world_size)[self.rank]
             obs, _ = self.env.reset(seed=env_seeds(self.config.seed, self.rank, self.config.num_envs, self.update))
             self.obs = obs
             self.resume_note = (f"; checkpoint was written by {saved_world} worker(s) with --num-envs "
@@ -205,7 +209,7 @@ class Trainer:
         self.log.line(f"Batch: {c.update_interval} transitions per update = {self.world_size} worker(s) x "
                       f"{c.num_envs} envs x {self.steps} steps; episodes per worker: "
                       f"{' / '.join(map(str, shares))}")
-        if hasattr(self, "resumed_from"):
+        if self.resumed_from is not None:
             self.log.line(f"Resumed from {self.resumed_from} at episode {self.global_episodes}/{c.episodes} "
                           f"(update {self.update}); {max(0, c.episodes - self.global_episodes)} episodes left"
                           f"{self.resume_note}")

@@ -5,7 +5,7 @@ import pytest
 
 from envs.config import EnvConfig
 from ppo_lstm.config import TrainConfig, build_parser, config_from_args, steps_per_env, validate
-from ppo_lstm.distributed import episode_share, trades_history
+from ppo_lstm.distributed import episode_share, remaining_episode_shares, trades_history
 from ppo_lstm.errors import UsageError
 
 
@@ -51,6 +51,16 @@ def test_update_interval_split():
 def test_episode_share_gives_remainder_to_rank_0():
     assert [episode_share(11, r, 2) for r in range(2)] == [6, 5]
     assert sum(episode_share(10, r, 3) for r in range(3)) == 10
+
+
+def test_remaining_shares_after_a_resume_end_exactly_at_the_total():
+    assert remaining_episode_shares(11, [0, 0], 2) == [6, 5]  # a fresh run: the plain split
+    assert remaining_episode_shares(22, [5, 3], 2) == [6, 8]  # mid-run: each rank finishes its own share
+    # 11 of 12 done on 4 ranks: rank 0 already counted 5 > its new share of 3; what is
+    # left (1 episode) is split afresh instead of letting three ranks add one each.
+    assert remaining_episode_shares(12, [5, 2, 2, 2], 4) == [1, 0, 0, 0]
+    assert remaining_episode_shares(6, [], 4) == [3, 1, 1, 1]  # a changed layout splits what is left
+    assert remaining_episode_shares(10, [6, 5], 2) == [0, 0]  # nothing left
 
 
 def test_history_goes_to_rank_0_unless_all_ranks_asked():
