@@ -23,11 +23,11 @@ from envs.data import DataError, MarketData, load_ohlcv
 from envs.vector import VectorTradingEnv
 
 from .agent import LSTMState, RecurrentActorCritic
-from .buffer import RolloutBuffer
+from .buffer import RolloutBatch, RolloutBuffer
 from .checkpoint import CheckpointDir, CheckpointError, RunLock, from_safe, to_safe
 from .config import TrainConfig, steps_per_env
-from .distributed import Comm, Worker, episode_share, parameters_in_sync, remaining_episode_shares, trades_history
-from .errors import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, UsageError
+from .distributed import Worker, episode_share, parameters_in_sync, remaining_episode_shares, trades_history
+from .errors import EXIT_USAGE, UsageError
 from .logger import EPISODE_FIELDS, EpisodeTotals, NullLogger, RunLogger, format_episode_line
 from .ppo import PPOSettings, UpdateStats, ppo_update
 from .shutdown import StopRequest
@@ -224,14 +224,14 @@ class Trainer:
                 batch = self.buffer.finish(*self._bootstrap(), c.gamma, c.gae_lambda)
                 batch = batch.map(lambda _, t: self.comm.gather(t, dim=1))  # [T, N*W] on every rank
                 stats, skipped = self._update(batch)
-                finished, interrupted, rank_sps, records = self._agree(local_records, time.perf_counter() - tic)
+                finished, signum, rank_sps, records = self._agree(local_records, time.perf_counter() - tic)
                 self._log_update(records, stats, skipped, rank_sps, time.perf_counter() - start)
-                if finished or interrupted or self.global_episodes >= self.next_checkpoint_at:
+                if finished or signum or self.global_episodes >= self.next_checkpoint_at:
                     self._checkpoint()
-                if interrupted:
+                if signum:
                     self.log.line(f"interrupted at episode {self.global_episodes}, checkpoint saved")
                     self.comm.barrier()  # nobody exits before rank 0 has written
-                    return EXIT_SIGTERM if self.stop.signum == 15 else EXIT_SIGINT
+                    return 128 + signum  # 130 for SIGINT, 143 for SIGTERM
                 if self.update % c.sync_check_interval == 0:
                     parameters_in_sync(self.comm, self.agent, self.optimizer)
             self.log.line(f"Training finished: {self.global_episodes} episodes, {self.update} updates, "
@@ -305,7 +305,7 @@ class Trainer:
             _, values, _ = self.agent(obs[None], self.lstm_state, starts[None])
         return values[0], starts
 
-    def _update(self, batch: Any) -> tuple[UpdateStats, bool]:
+    def _update(self, batch: RolloutBatch) -> tuple[UpdateStats, bool]:
         """One PPO update; a non-finite one is undone (weights and optimizer) and counted."""
         c = self.config
         if c.anneal_lr:
@@ -333,23 +333,22 @@ class Trainer:
                                 f"--learning-rate-actor/--learning-rate-critic or --max-grad-norm, or check --data")
         return stats, True
 
-    def _agree(self, records: np.ndarray, seconds: float) -> tuple[bool, bool, list[float], list[list[float]]]:
+    def _agree(self, records: np.ndarray, seconds: float) -> tuple[bool, int, list[float], list[list[float]]]:
         """The one per-update collective. Each rank sends a fixed-size row (gloo needs equal
-        sizes): [episode count, done flag, stop flag, env-steps/s, records padded to T*N x 6].
+        sizes): [episode count, done flag, signal number or 0, env-steps/s, records padded to T*N x 6].
 
-        Returns (every rank done, some rank interrupted, env-steps/s per rank, every rank's
+        Returns (every rank done, the largest signal any rank received (0: none), env-steps/s per rank, every rank's
         episode records in rank order).
         """
         capacity = self.steps * self.config.num_envs  # at most one episode per env per step
         row = torch.zeros(1, 4 + capacity * len(EPISODE_FIELDS), dtype=torch.float64)
         row[0, :4] = torch.tensor([len(records), float(self.rank_episodes >= self.share),
-                                   float(self.stop.signum is not None), capacity / seconds])
+                                   float(self.stop.signum or 0), capacity / seconds])
         row[0, 4:4 + records.size] = torch.from_numpy(records.reshape(-1))
         rows = self.comm.gather(row.to(self.device), dim=0).cpu()  # [W, 4 + capacity * 6]
         gathered = [rows[r, 4:].view(capacity, -1)[: int(rows[r, 0])] for r in range(self.world_size)]
         finished = bool(rows[:, 1].sum() == self.world_size)
-        interrupted = bool(rows[:, 2].sum() > 0)
-        return finished, interrupted, rows[:, 3].tolist(), torch.cat(gathered).tolist()
+        return finished, int(rows[:, 2].max()), rows[:, 3].tolist(), torch.cat(gathered).tolist()
 
     def _log_update(self, records: list[list[float]], stats: UpdateStats, skipped: bool, rank_sps: list[float],
                     wall: float) -> None:
