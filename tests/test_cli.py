@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,3 +82,10 @@ def test_bad_update_interval_is_one_line_exit_2(tmp_path):
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1 and "--update-interval 30" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_tensorboard_curves_when_installed(tmp_path):
+    pytest.importorskip("tensorboard")
+    result = run_cli(tmp_path, "--episodes", "4", "--tensorboard", *TINY)
+    assert result.returncode == 0, result.stderr
+    assert list((tmp_path / "checkpoints" / "tb").glob("events.out.tfevents.*"))
