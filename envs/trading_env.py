@@ -247,17 +247,37 @@ class TradingCore:
         self.held = np.zeros(n)  # steps in the current position
         self.mark = np.ones(n)  # close of the current bar
         self.ep_reward = np.zeros(n)
-        self.closed = np.zeros(n)
-        self.wins = np.zeros(n)
+        self._counts = np.zeros((2, n))  # rows: closed trades, winning trades
+        self._flags = np.zeros((2, n), bool)
+        self._traded = np.zeros(n, bool)
         self._targets = np.arange(c.num_actions, dtype=np.float64) - self.offset  # action -> target lots
         self._scratch = [np.empty(B * n) for _ in range(3)]  # time-major [B, m] work arrays (flat)
         self._tmp = [np.empty(n) for _ in range(4)]
+        self._win_item = np.dtype(f"V{4 * W}")  # one observation window as a raw item
         self._feat = np.empty((3, n))  # observation columns W.. before the float32 cast
         # Pools: per episode 8 parameter uniforms (+ B for regime/jump paths) and B shock
         # normals (+ B for jump paths); refilled about every _POOL_EPISODES episodes.
         self._pool_owner: list[np.random.Generator | None] = [None] * n
         self._upool = _Pool(n, _POOL_EPISODES * (B + 8), normal=False) if data is None else None
         self._zpool = _Pool(n, _POOL_EPISODES * B, normal=True) if data is None else None
+
+    @property
+    def closed(self) -> np.ndarray:
+        """Closed trades [N] this episode (float64, a view)."""
+        return self._counts[0]
+
+    @closed.setter
+    def closed(self, value: np.ndarray) -> None:
+        self._counts[0] = value
+
+    @property
+    def wins(self) -> np.ndarray:
+        """Winning closed trades [N] this episode (float64, a view)."""
+        return self._counts[1]
+
+    @wins.setter
+    def wins(self, value: np.ndarray) -> None:
+        self._counts[1] = value
 
     @property
     def open(self) -> np.ndarray:
@@ -433,7 +453,8 @@ class TradingCore:
 
         Only ``entry`` is kept per step: with one lot, ``cost`` is ``entry * |pos|`` and
         ``entry_fee`` is ``fee * entry * units``; ``_derived_lot_state`` fills both in
-        for the state.
+        for the state. ``closed`` and ``wins`` are the rows of one [2, N] counter array
+        (one add per step).
         """
         pos, units, tmp = self.pos, self.units, self._tmp
         trade = target - pos
@@ -447,19 +468,19 @@ class TradingCore:
         pay += trade
         pay *= value  # trade * value + |trade| * fee * value
         self.cash -= pay
-        traded = trade != 0.0
-        closing = pos != 0.0
+        traded = np.not_equal(trade, 0.0, out=self._traded)
+        flags = self._flags  # [2, N] bool: closing a lot, closing it at a profit
+        closing = np.not_equal(pos, 0.0, out=flags[0])
         closing &= traded
-        self.closed += closing
         entry = self.entry[:, 0]  # contiguous [N] view
         was = np.multiply(entry, units, out=tmp[1])  # the open lot's value at its fill
         gain = np.subtract(value, was, out=tmp[2])
         gain *= pos
         fees = np.add(value, was, out=tmp[3])
         fees *= self.fee  # entry fee + exit fee
-        win = gain > fees  # the closed lot's PnL > 0
+        win = np.greater(gain, fees, out=flags[1])  # the closed lot's PnL > 0
         win &= closing
-        self.wins += win
+        self._counts += flags  # closed += closing, wins += win
         untraded = ~traded
         np.multiply(fill, traded, out=tmp[0])  # arithmetic select: no branch on random masks
         entry *= untraded
@@ -514,9 +535,13 @@ class TradingCore:
             window = self.z_win[rows, self.t[rows]]
         m = len(pos)
         obs = np.empty((m, W + 3), np.float32)
-        obs[:, :W] = window
+        # the window rows as single 4W-byte items: one memcpy-like move per env
+        np.copyto(obs[:, :W].view(self._win_item), window.view(self._win_item))
         f = self._feat[:, :m] if m <= self.n else np.empty((3, m))  # [3, m] float64, then one cast copy
-        np.multiply(pos, 1.0 / self.K, out=f[0])
+        if self.K == 1:
+            np.copyto(f[0], pos)  # pos / 1
+        else:
+            np.multiply(pos, 1.0 / self.K, out=f[0])
         upnl = f[1]
         if self.K == 1:  # sign(pos) = pos, |pos| * mark = mark and cost = entry while a lot is open
             np.subtract(mark, entry, out=upnl)
