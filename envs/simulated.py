@@ -191,6 +191,43 @@ def process_index(market: str, u: np.ndarray) -> np.ndarray:
     return proc
 
 
+def process_groups(market: str, proc: np.ndarray) -> list[tuple[int, np.ndarray | slice]]:
+    """(process, rows) of each process present in ``proc`` [m]; rows is a slice when all."""
+    if market != "mixed":
+        return [(PROCESSES.index(market), slice(None))]
+    groups: list[tuple[int, np.ndarray | slice]] = []
+    for process in range(len(PROCESSES)):
+        rows = np.flatnonzero(proc == process)
+        if len(rows) == len(proc):
+            groups.append((process, slice(None)))
+        elif len(rows):
+            groups.append((process, rows))
+    return groups
+
+
+def _group_log_returns(
+    market: str, process: int, u: np.ndarray, z: np.ndarray, ext: np.ndarray | None, jump_z: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    p = _params(process, u.T, market == "mixed")
+    return _log_returns(process, p, z, ext, jump_z)
+
+
+def process_log_returns(
+    market: str, process: int, u: np.ndarray, z: np.ndarray, ext: np.ndarray | None, jump_z: np.ndarray | None
+) -> np.ndarray:
+    """Log returns [m, length] of m paths of one process (as ``paths_from_noise`` computes them).
+
+    ``u`` [m, 8] parameter uniforms, ``z`` [m, length] shocks, ``ext`` extra uniforms
+    (regime/jump only), ``jump_z`` jump normals (jump only).
+    """
+    return _group_log_returns(market, process, u, z, ext, jump_z)[0]
+
+
+def log_first_open(u: np.ndarray) -> np.ndarray:
+    """Log of the first open [m] of each path from its parameter uniforms u [m, 8]."""
+    return _LOG_PRICE[0] + (_LOG_PRICE[1] - _LOG_PRICE[0]) * u[:, 0]
+
+
 def paths_from_noise(
     market: str,
     u: np.ndarray,
@@ -216,31 +253,18 @@ def paths_from_noise(
     """
     check_market(market)
     m, length = z.shape
-    randomise = market == "mixed"
     if proc is None:
         proc = process_index(market, u)
-    groups: list[tuple[int, np.ndarray | slice]] = []
-    if not randomise:
-        groups.append((PROCESSES.index(market), slice(None)))
-    else:
-        for process in range(len(PROCESSES)):
-            rows = np.flatnonzero(proc == process)
-            if len(rows) == m:
-                groups.append((process, slice(None)))
-            elif len(rows):
-                groups.append((process, rows))
     r = np.empty((m, length))
     vol = np.empty((m, length)) if aux is not None else None
-    ut = u.T  # [8, m]
-    for process, rows in groups:
-        p = _params(process, ut[:, rows], randomise)
+    for process, rows in process_groups(market, proc):
         e = ext[rows] if process in (REGIME, JUMP) else None
         j = jump_z[rows] if process == JUMP else None
-        rk, vk = _log_returns(process, p, z[rows], e, j)
+        rk, vk = _group_log_returns(market, process, u[rows], z[rows], e, j)
         r[rows] = rk
         if vol is not None:
             vol[rows] = vk
-    log_p0 = _LOG_PRICE[0] + (_LOG_PRICE[1] - _LOG_PRICE[0]) * u[:, 0]
+    log_p0 = log_first_open(u)
     if not prices:
         return {"logret": r, "log_first_open": log_p0}
     close = accumulate(np.add, r)

@@ -28,7 +28,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from envs.config import EnvConfig
-from envs.simulated import JUMP, REGIME, paths_from_noise, process_index
+from envs.simulated import JUMP, REGIME, log_first_open, process_groups, process_index, process_log_returns
 
 if TYPE_CHECKING:
     from envs.data import MarketData
@@ -71,17 +71,22 @@ def _rowsum(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def _accumulate_time(ufunc: np.ufunc, x: np.ndarray) -> None:
-    """In place ``ufunc.accumulate(x, axis=0)`` for time-major x [T, m], bit for bit.
+def _accumulate_time(ufunc: np.ufunc, x: np.ndarray, src: np.ndarray | None = None) -> None:
+    """``x[t] = ufunc(x[t-1], src[t])`` for t >= 1 (src defaults to x: an in-place accumulate).
 
-    Either way ``x[t] = ufunc(x[t-1], x[t])`` in sequence; across many envs one ufunc
-    call per time step beats NumPy's accumulate (a serial chain per env).
+    For time-major [T, m] arrays, bit for bit ``ufunc.accumulate`` along axis 0 (with
+    ``x[0]`` as given); across many envs one ufunc call per time step beats NumPy's
+    accumulate (a serial chain per env).
     """
-    if x.shape[1] < _ACCUMULATE_ENVS:
+    if src is not None and src is not x and x.shape[1] < _ACCUMULATE_ENVS:
+        x[1:] = src[1:]
+        src = None
+    if src is None and x.shape[1] < _ACCUMULATE_ENVS:
         ufunc.accumulate(x, axis=0, out=x)
         return
+    src = x if src is None else src
     for t in range(1, len(x)):
-        ufunc(x[t - 1], x[t], out=x[t])
+        ufunc(x[t - 1], src[t], out=x[t])
 
 
 class _Pool:
@@ -254,7 +259,8 @@ class TradingCore:
         self._scratch = [np.empty(B * n) for _ in range(3)]  # time-major [B, m] work arrays (flat)
         self._tmp = [np.empty(n) for _ in range(4)]
         self._win_item = np.dtype(f"V{4 * W}")  # one observation window as a raw item
-        self._feat = np.empty((3, n))  # observation columns W.. before the float32 cast
+        self._feat = np.empty((3, n))
+        self._paths = np.empty((n, B))  # env-major simulated log returns before the transpose  # observation columns W.. before the float32 cast
         # Pools: per episode 8 parameter uniforms (+ B for regime/jump paths) and B shock
         # normals (+ B for jump paths); refilled about every _POOL_EPISODES episodes.
         self._pool_owner: list[np.random.Generator | None] = [None] * n
@@ -311,9 +317,8 @@ class TradingCore:
             ret = self._work(0, m)  # log returns, time-major [B, m]
             ret[...] = r.T
             close = self._close_t if every else self._work(1, m)
-            np.copyto(close, ret)
-            close[0] += log_first_open
-            _accumulate_time(np.add, close)  # log closes
+            np.add(ret[0], log_first_open, out=close[0])
+            _accumulate_time(np.add, close, ret)  # log closes
             np.exp(close, out=close)
             if not every:
                 self._close_t[:, rows] = close
@@ -349,18 +354,14 @@ class TradingCore:
         market, B, rngs = self.config.market, self.bars, self.rngs
         u = self._upool.take(rows, 8, rngs)
         proc = process_index(market, u)
-        z = self._zpool.take(rows, B, rngs)
-        ext = jump_z = None
-        if market in ("mixed", "regime", "jump"):
-            ext = np.empty_like(z)
-            at = np.flatnonzero((proc == REGIME) | (proc == JUMP))
-            ext[at] = self._upool.take(rows[at], B, rngs)
-        if market in ("mixed", "jump"):
-            jump_z = np.empty_like(z)
-            at = np.flatnonzero(proc == JUMP)
-            jump_z[at] = self._zpool.take(rows[at], B, rngs)
-        path = paths_from_noise(market, u, z, ext, jump_z, proc=proc, prices=False)
-        return path["log_first_open"], path["logret"]
+        r = self._paths[: len(rows)] if len(rows) <= self.n else np.empty((len(rows), B))
+        for process, at in process_groups(market, proc):  # each group's variates taken straight from the pools
+            sub = rows[at]
+            z = self._zpool.take(sub, B, rngs)
+            ext = self._upool.take(sub, B, rngs) if process in (REGIME, JUMP) else None
+            jump_z = self._zpool.take(sub, B, rngs) if process == JUMP else None
+            r[at] = process_log_returns(market, process, u[at], z, ext, jump_z)
+        return log_first_open(u), r
 
     def _work(self, k: int, m: int, rows: int | None = None) -> np.ndarray:
         """Scratch array k as a contiguous time-major [rows (default W+L+1), m] array."""
