@@ -256,7 +256,8 @@ class TradingCore:
         self._flags = np.zeros((2, n), bool)
         self._traded = np.zeros(n, bool)
         self._targets = np.arange(c.num_actions, dtype=np.float64) - self.offset  # action -> target lots
-        self._scratch = [np.empty(B * n) for _ in range(3)]  # time-major [B, m] work arrays (flat)
+        self._scratch = [np.empty(B * n) for _ in range(3)]
+        self._z32 = np.empty((B - 1) * n, np.float32)  # time-major normalised returns before the transpose  # time-major [B, m] work arrays (flat)
         self._tmp = [np.empty(n) for _ in range(4)]
         self._win_item = np.dtype(f"V{4 * W}")  # one observation window as a raw item
         self._feat = np.empty((3, n))
@@ -389,10 +390,12 @@ class TradingCore:
         np.multiply(ms, 1.0 / W, out=ms)
         np.maximum(ms, _TINY * _TINY, out=ms)
         np.sqrt(ms, out=ms)  # RMS, >= _TINY
-        np.divide(r, ms, out=ms)
-        np.minimum(ms, RETURN_CLIP, out=ms)
-        np.maximum(ms, -RETURN_CLIP, out=ms)
-        self.z[rows] = ms.T
+        # float32 from here (clipping to +-5 commutes with the rounding: 5 is exact)
+        zt = self._z32[: (self.bars - 1) * m].reshape(self.bars - 1, m)
+        np.divide(r, ms, out=zt, casting="same_kind")
+        np.minimum(zt, RETURN_CLIP, out=zt)
+        np.maximum(zt, -RETURN_CLIP, out=zt)
+        self.z[rows] = zt.T
 
     # ------------------------------------------------------------------- step
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
