@@ -206,3 +206,24 @@ def test_master_port_taken_exits_2(cwd):
         in result.stderr
     assert "Traceback" not in result.output
     assert not (cwd / "checkpoints" / ".lock").exists()
+
+
+@pytest.mark.parametrize("all_ranks", [False, True], ids=["rank0-history", "all-ranks-history"])
+def test_history_on_rank_0_and_simulated_markets_elsewhere(tmp_path, all_ranks):
+    """With --data, rank 0 trades the file and rank 1 a simulated market; with
+    --data-all-ranks both trade the file (their env price windows prove it)."""
+    import numpy as np
+
+    from envs.data import load_ohlcv
+    from ppo_lstm.checkpoint import from_safe
+
+    closes = 100 * np.exp(np.cumsum(np.random.default_rng(0).normal(0, 0.01, 300)))
+    rows = [f"2024-01-{1 + i // 24:02d} {i % 24:02d}:00:00,{c},{c * 1.001},{c * 0.999},{c}" for i, c in enumerate(closes)]
+    (tmp_path / "prices.csv").write_text("Date,Open,High,Low,Close\n" + "\n".join(rows) + "\n")
+    history = load_ohlcv(tmp_path / "prices.csv").close
+    flags = ["--data-all-ranks"] if all_ranks else []
+    result = run_cli(tmp_path, *TINY, *SPAWN2, "--data", "prices.csv", "--episodes", "4", *flags)
+    assert result.returncode == 0, result.output
+    state = newest_checkpoint(tmp_path / "checkpoints")
+    on_history = [bool(np.isin(from_safe(rank["env"])["close"], history).all()) for rank in state["ranks"]]
+    assert on_history == [True, all_ranks]
