@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -107,17 +106,16 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _base_type(annotation: Any) -> type:
-    """``Optional[int]`` -> int, ``float`` -> float (annotations are strings here)."""
-    hint = eval(annotation, {**typing.__dict__, **vars(types)}) if isinstance(annotation, str) else annotation
+def _base_type(hint: Any) -> type:
+    """``Optional[int]`` -> int, ``float`` -> float."""
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     return args[0] if args else hint
 
 
-def _add_field(group: Any, f: dataclasses.Field, dest: str) -> None:
-    """Add one dataclass field to an argparse group as ``--field-name``."""
+def _add_field(group: Any, f: dataclasses.Field, hint: Any, dest: str) -> None:
+    """Add one dataclass field (type ``hint``) to an argparse group as ``--field-name``."""
     meta = f.metadata
-    kind = _base_type(f.type)
+    kind = _base_type(hint)
     kwargs: dict[str, Any] = {"dest": dest, "default": f.default, "help": meta["help"]}
     if kind is bool:
         kwargs["action"] = argparse.BooleanOptionalAction if f.default else "store_true"
@@ -144,12 +142,13 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     groups = {key: parser.add_argument_group(title) for key, title in GROUP_TITLES.items()}
+    hints, env_hints = typing.get_type_hints(TrainConfig), typing.get_type_hints(EnvConfig)
     for f in dataclasses.fields(TrainConfig):
         if f.name == "env":
             for env_field in dataclasses.fields(EnvConfig):
-                _add_field(groups[ENV], env_field, "env." + env_field.name)
+                _add_field(groups[ENV], env_field, env_hints[env_field.name], "env." + env_field.name)
         else:
-            _add_field(groups[f.metadata["group"]], f, f.name)
+            _add_field(groups[f.metadata["group"]], f, hints[f.name], f.name)
     return parser
 
 

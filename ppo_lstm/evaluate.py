@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
 import torch
 
 from envs.config import EnvConfig
@@ -10,7 +11,7 @@ from envs.data import MarketData
 from envs.vector import VectorTradingEnv
 
 from .agent import RecurrentActorCritic
-from .logger import EpisodeTotals
+from .logger import EpisodeTotals, episode_records
 
 
 @torch.no_grad()
@@ -37,12 +38,8 @@ def evaluate(agent: RecurrentActorCritic, env_config: EnvConfig, seeds: list[int
         obs, _, terminated, truncated, info = env.step(actions.cpu().numpy())
         finished = torch.as_tensor(terminated | truncated)
         if "_episode" in info:
-            first = (finished & ~done).numpy()  # count each env's first episode only
-            ep = info["episode"]
-            totals.add(EpisodeTotals(float(first.sum()), float(ep["reward"][first].sum()),
-                                     float(ep["return"][first].sum()), float(ep["closed_trades"][first].sum()),
-                                     float(ep["winning_trades"][first].sum()), float(ep["open_lots"][first].sum()),
-                                     float(ep["steps"][first].sum())))
+            first = np.flatnonzero((finished & ~done).numpy())  # count each env's first episode only
+            totals.add(EpisodeTotals.of_records(episode_records(info["episode"], first).tolist()))
         done |= finished
         starts = finished.float().to(device)
     return totals

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
+import numpy as np
 from tqdm import tqdm
 
 from .errors import UsageError
@@ -25,6 +26,12 @@ METRIC_COLUMNS = (
 
 
 EPISODE_FIELDS = ("reward", "return", "closed_trades", "winning_trades", "open_lots", "steps")  # env info keys
+
+
+def episode_records(episode: dict[str, np.ndarray], rows: np.ndarray) -> np.ndarray:
+    """Records ``[k, 6]`` (:data:`EPISODE_FIELDS`, float64) of the envs in ``rows`` ``[k]``,
+    from a vector env's ``infos["episode"]`` (each field ``[N]``)."""
+    return np.stack([episode[key][rows] for key in EPISODE_FIELDS], axis=1).astype(np.float64)
 
 
 @dataclass

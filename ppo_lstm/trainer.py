@@ -28,7 +28,7 @@ from .checkpoint import CheckpointDir, CheckpointError, RunLock, from_safe, to_s
 from .config import TrainConfig, steps_per_env
 from .distributed import Worker, episode_share, parameters_in_sync, remaining_episode_shares, trades_history
 from .errors import EXIT_USAGE, UsageError
-from .logger import EPISODE_FIELDS, EpisodeTotals, NullLogger, RunLogger, format_episode_line
+from .logger import EPISODE_FIELDS, EpisodeTotals, NullLogger, RunLogger, episode_records, format_episode_line
 from .ppo import PPOSettings, UpdateStats, ppo_update
 from .shutdown import StopRequest
 
@@ -295,7 +295,7 @@ class Trainer:
         """Records ``[k, 6]`` of the finished episodes, in env order, up to this rank's share."""
         rows = np.flatnonzero(mask)[: max(0, self.share - self.rank_episodes)]
         self.rank_episodes += len(rows)
-        return np.stack([episode[key][rows] for key in EPISODE_FIELDS], axis=1).astype(np.float64)
+        return episode_records(episode, rows)
 
     def _bootstrap(self) -> tuple[Tensor, Tensor]:
         """Value ``[N]`` of the observation after the rollout, and its episode-start flags ``[N]``."""
