@@ -43,7 +43,7 @@ class TrainConfig:
     num_envs: int = _f(8, RUN, "vectorised environments per worker")
     seed: int = _f(1, RUN, "random seed (model init, envs, sampling)")
     device: str = _f("auto", RUN, "where to train", choices=("auto", "cpu", "cuda"))
-    data: Optional[str] = _f(None, RUN, "OHLCV history (CSV or Parquet) for rank 0; default: simulated market")
+    data: Optional[str] = _f(None, RUN, "OHLCV history (CSV or Parquet) for rank 0 (default: a simulated market)")
     date_format: Optional[str] = _f(None, RUN, "strftime format of the data's time column (default: detected)")
     data_all_ranks: bool = _f(False, RUN, "trade --data on every rank (at different random windows)")
     log_file: str = _f("training.log", RUN, "append episode lines here (flushed per line, for tail -f)")
@@ -69,7 +69,7 @@ class TrainConfig:
     clip_vloss: bool = _f(True, PPO, "clip the value loss around the old values")
     norm_adv: bool = _f(True, PPO, "normalise advantages per minibatch")
     anneal_lr: bool = _f(False, PPO, "anneal learning rates linearly to 0 over the run")
-    target_kl: Optional[float] = _f(None, PPO, "stop an update's epochs early when approx-KL exceeds this")
+    target_kl: Optional[float] = _f(None, PPO, "stop an update's epochs early when approx-KL exceeds this (default: off)")
     # model
     hidden_size: int = _f(64, MODEL, "width of the MLP encoder")
     lstm_size: int = _f(64, MODEL, "LSTM hidden state size")
@@ -82,7 +82,7 @@ class TrainConfig:
                                 choices=("nccl", "gloo"))
     master_addr: str = _f("localhost", DIST, "rendezvous address of spawned workers")
     master_port: Optional[int] = _f(
-        None, DIST, f"rendezvous port (default {DEFAULT_MASTER_PORT}, or a free one if that is taken)"
+        None, DIST, f"rendezvous port (default: {DEFAULT_MASTER_PORT}, or a free one if that is taken)"
     )
     dist_timeout: float = _f(180.0, DIST, "seconds before a stuck collective (e.g. a dead worker) fails the job")
     sync_check_interval: int = _f(50, DIST, "compare a parameter checksum across ranks every this many updates")
@@ -126,6 +126,13 @@ def _add_field(group: Any, f: dataclasses.Field, hint: Any, dest: str) -> None:
     group.add_argument(_flag(f.name), *meta.get("aliases", ()), **kwargs)
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each flag's default, except ``None``: those help texts say what None means."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
 class _OneLineParser(argparse.ArgumentParser):
     """argparse that reports a bad flag in one line (plus a pointer to --help), exit 2."""
 
@@ -139,7 +146,7 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     parser = _OneLineParser(
         prog=prog,
         description="Train a recurrent (LSTM) PPO agent to trade, on one device or many.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     groups = {key: parser.add_argument_group(title) for key, title in GROUP_TITLES.items()}
     hints, env_hints = typing.get_type_hints(TrainConfig), typing.get_type_hints(EnvConfig)
