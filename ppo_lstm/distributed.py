@@ -29,7 +29,7 @@ import torch.multiprocessing as mp
 from torch import Tensor, nn
 
 from .config import DEFAULT_MASTER_PORT, TrainConfig
-from .errors import EXIT_SIGINT, EXIT_SIGTERM, UsageError
+from .errors import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, UsageError
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 FAILURE_GRACE_SECONDS = 10.0  # after one worker fails, the others get this long to exit before SIGTERM, then SIGKILL
@@ -297,7 +297,7 @@ def _spawn(config: TrainConfig, device: str, worker_fn: WorkerFn, world_size: in
             pass
         return 0
     except mp.ProcessExitedException as err:
-        if err.exit_code in (EXIT_SIGINT, EXIT_SIGTERM):
+        if err.exit_code in (EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE):  # the workers already said why
             return err.exit_code
         if received:
             return EXIT_SIGTERM if received[0] == signal.SIGTERM else EXIT_SIGINT

@@ -227,3 +227,31 @@ def test_history_on_rank_0_and_simulated_markets_elsewhere(tmp_path, all_ranks):
     state = newest_checkpoint(tmp_path / "checkpoints")
     on_history = [bool(np.isin(from_safe(rank["env"])["close"], history).all()) for rank in state["ranks"]]
     assert on_history == [True, all_ranks]
+
+
+def test_a_worker_usage_error_exits_2_with_its_own_line_only(tmp_path):
+    """A spawned worker that rejects its input (exit 2, one line) makes the job exit 2
+    without the launcher adding a second line."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        from ppo_lstm.config import TrainConfig
+        from ppo_lstm.distributed import launch
+
+        def worker(config, w):
+            if w.comm.rank == 0:
+                print("error: something only a worker can see", file=sys.stderr)
+            return 2
+
+        if __name__ == "__main__":
+            sys.exit(launch(TrainConfig(distributed=True, num_gpus=2, device="cpu"), "cpu", worker))
+    """))
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(root)}, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == ["error: something only a worker can see"]
