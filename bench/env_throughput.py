@@ -48,10 +48,10 @@ def _rate(step: Callable[[], int], seconds: float) -> float:
     return done / elapsed
 
 
-def bench_vector(n: int, seconds: float, market: str) -> float:
+def bench_vector(n: int, seconds: float, market: str, data=None) -> float:
     from envs import VectorTradingEnv
 
-    env = VectorTradingEnv(n, market=market)
+    env = VectorTradingEnv(n, market=market, data=data)
     env.reset(seed=0)
     actions = np.random.default_rng(0).integers(0, env.single_action_space.n, (4096, n))
     i = 0
@@ -63,6 +63,22 @@ def bench_vector(n: int, seconds: float, market: str) -> float:
         return n
 
     return _rate(step, seconds)
+
+
+def anytrading_history():
+    """gym-anytrading's own stocks-v0 data (GOOGL daily bars), read by our loader, or None."""
+    try:
+        from gym_anytrading.datasets import STOCKS_GOOGL
+    except ImportError:
+        return None
+    import tempfile
+
+    from envs.data import load_ohlcv
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "googl.csv")
+        STOCKS_GOOGL.to_csv(path)
+        return load_ohlcv(path)
 
 
 def _bench_single(env, seconds: float) -> float:
@@ -130,6 +146,10 @@ def main() -> None:
     rows.append(("Gym-Trading-Env TradingEnv", 1, bench_gym_trading_env(seconds)))
     for n in (1, 64, 1024):
         rows.append((f"VectorTradingEnv ({args.market})", n, bench_vector(n, seconds, args.market)))
+    history = anytrading_history()  # the same bars stocks-v0 trades: no simulation cost at resets
+    for n in (1, 64, 1024):
+        rows.append(("VectorTradingEnv (stocks-v0 data)", n,
+                     None if history is None else bench_vector(n, seconds, args.market, history)))
 
     print(f"{'env':34s} {'N':>5s} {'steps/s':>12s} {'vs anytrading':>14s}")
     for name, n, rate in rows:
