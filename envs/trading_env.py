@@ -13,7 +13,11 @@ bar ``t+1``'s close. Observation at bar ``t`` ([W+3] float32):
 * ``[0:W]``  log returns of close for bars ``t-W+1..t``, each divided by the RMS
   of the ``W`` returns ending at that bar (for the episode's first ``W`` bars:
   of the first full window, bars ``1..W``), clipped to +-5 -- scale free and
-  causal (nothing after bar ``t``, since ``t >= W``);
+  causal (nothing after bar ``t``, since ``t >= W``). On historical data
+  (``data=``) the bars are the file's: the normalised returns of the whole file
+  are computed once, so the RMS window of an episode's first bars runs over the
+  file's preceding bars (only the file's first ``W`` bars share its first full
+  window); an episode is then just a start offset into the shared arrays;
 * ``[W]``    position / K (in -1..1);
 * ``[W+1]``  unrealised PnL of the open lots / initial cash * 10, clipped to +-10;
 * ``[W+2]``  bars held in the current position / episode_length (0..1).
@@ -22,6 +26,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any, Sequence
+
+import zlib
 
 import gymnasium as gym
 import numpy as np
@@ -61,6 +67,27 @@ def observation_space(config: EnvConfig) -> gym.spaces.Box:
     low = np.concatenate([np.full(w, -RETURN_CLIP), [-1.0, -UPNL_CLIP, 0.0]]).astype(np.float32)
     high = np.concatenate([np.full(w, RETURN_CLIP), [1.0, UPNL_CLIP, 1.0]]).astype(np.float32)
     return gym.spaces.Box(low, high, dtype=np.float32)
+
+
+def normalised_returns(close: np.ndarray, window: int) -> np.ndarray:
+    """Normalised log returns (float32) of a whole close series: ``z[b-1]`` is bar ``b``.
+
+    Bar ``b >= W`` is ``r[b] / RMS(r[b-W+1..b])``; bars ``1..W-1`` use the RMS of the
+    first full window (bars ``1..W``); clipped to +-5. Causal at every bar ``t >= W``.
+    """
+    W = window
+    r = np.diff(np.log(np.asarray(close, dtype=np.float64)))
+    ms = np.empty_like(r)
+    ms[W - 1 :] = sliding_window_view(r * r, W).sum(axis=1)  # no running-sum cancellation
+    ms[: W - 1] = ms[W - 1]
+    np.multiply(ms, 1.0 / W, out=ms)
+    np.maximum(ms, _TINY * _TINY, out=ms)
+    np.sqrt(ms, out=ms)
+    z = np.empty(len(r), np.float32)
+    np.divide(r, ms, out=z, casting="same_kind")
+    np.minimum(z, RETURN_CLIP, out=z)
+    np.maximum(z, -RETURN_CLIP, out=z)
+    return z
 
 
 def _rowsum(a: np.ndarray) -> np.ndarray:
@@ -204,6 +231,11 @@ class TradingCore:
     only fall out of step when one goes bust) a step reads plain rows, never
     gathers. Simulated paths come from per-env pools of pre-drawn variates
     (``_Pool``), so a reset costs no per-env generator calls.
+
+    On historical data nothing is copied per episode: the file's normalised
+    returns are computed once (``normalised_returns``) and an env's episode is its
+    start offset ``start`` into the shared arrays; a step gathers the N fills and
+    marks, an observation the N windows (``open``/``close`` are then gathered copies).
     """
 
     def __init__(self, num_envs: int, config: EnvConfig, data: MarketData | None = None) -> None:
@@ -231,14 +263,23 @@ class TradingCore:
                 )
             if not (np.all(self.data_open > 0) and np.all(self.data_close > 0)):
                 raise ValueError("data open/close prices must all be > 0 (and not NaN)")
+            self._top = have - self.bars + 1  # start offsets 0.._top-1
+            self._fingerprint = {"bars": have, "close_crc32": zlib.crc32(self.data_close.tobytes())}
+            self._zdata = normalised_returns(self.data_close, self.W)  # [bars-1], _zdata[b-1] = bar b
+            # row k: the observation window of bars k+1..k+W, as one raw 4W-byte item
+            self._zitems = sliding_window_view(self._zdata, self.W).view(np.dtype(f"V{4 * self.W}"))[:, 0]
+        self.start = np.zeros(num_envs, np.int64)  # historical: each env's episode start in the data
         self.rngs: list[np.random.Generator | None] = [None] * num_envs
         self.rows = np.arange(num_envs)
         self._slot = np.arange(self.K)
         n, B, W, L, K = num_envs, self.bars, self.W, self.L, self.K
-        self._open_t = np.zeros((B, n))  # time-major prices
-        self._close_t = np.ones((B, n))
-        self.z = np.zeros((n, B - 1), np.float32)  # [N, W+L] normalised returns, z[:, b-1] = bar b
-        self.z_win = sliding_window_view(self.z, W, axis=1)  # [N, L+1, W] view: obs windows
+        hist = data is not None
+        self._open_t = np.zeros((0 if hist else B, n))  # time-major prices (simulated only)
+        self._close_t = np.ones((0 if hist else B, n))
+        self.z = np.zeros((n, 0 if hist else B - 1), np.float32)  # [N, W+L] normalised returns, z[:, b-1] = bar b
+        self.z_win = None if hist else sliding_window_view(self.z, W, axis=1)  # [N, L+1, W] view: obs windows
+        self._bar = np.zeros(n, np.int64)  # historical: data index scratch
+        self._o, self._c = np.zeros(n), np.ones(n)  # historical: this step's opens and closes
         self.t = np.zeros(n, np.int64)  # decisions taken this episode
         self._t0 = 0  # the common t of all envs, -1 while they are out of step
         self.units = np.zeros(n)  # units per lot
@@ -256,12 +297,12 @@ class TradingCore:
         self._flags = np.zeros((2, n), bool)
         self._traded = np.zeros(n, bool)
         self._targets = np.arange(c.num_actions, dtype=np.float64) - self.offset  # action -> target lots
-        self._scratch = [np.empty(B * n) for _ in range(3)]
-        self._z32 = np.empty((B - 1) * n, np.float32)  # time-major normalised returns before the transpose  # time-major [B, m] work arrays (flat)
+        self._scratch = [np.empty(0 if hist else B * n) for _ in range(3)]
+        self._z32 = np.empty(0 if hist else (B - 1) * n, np.float32)  # time-major normalised returns before the transpose  # time-major [B, m] work arrays (flat)
         self._tmp = [np.empty(n) for _ in range(4)]
         self._win_item = np.dtype(f"V{4 * W}")  # one observation window as a raw item
         self._feat = np.empty((3, n))
-        self._paths = np.empty((n, B))  # env-major simulated log returns before the transpose  # observation columns W.. before the float32 cast
+        self._paths = np.empty((n, 0 if hist else B))  # env-major simulated log returns before the transpose  # observation columns W.. before the float32 cast
         # Pools: per episode 8 parameter uniforms (+ B for regime/jump paths) and B shock
         # normals (+ B for jump paths); refilled about every _POOL_EPISODES episodes.
         self._pool_owner: list[np.random.Generator | None] = [None] * n
@@ -287,14 +328,22 @@ class TradingCore:
         self._counts[1] = value
 
     @property
+    def historical(self) -> bool:
+        return self.data_close is not None
+
+    def _episode_bars(self, prices: np.ndarray) -> np.ndarray:
+        """[N, W+L+1] of each env's episode from a data price array (a gathered copy)."""
+        return prices[self.start[:, None] + np.arange(self.bars)]
+
+    @property
     def open(self) -> np.ndarray:
-        """Opens [N, W+L+1] of every env's episode (a view)."""
-        return self._open_t.T
+        """Opens [N, W+L+1] of every env's episode (a view; a copy on historical data)."""
+        return self._episode_bars(self.data_open) if self.historical else self._open_t.T
 
     @property
     def close(self) -> np.ndarray:
-        """Closes [N, W+L+1] of every env's episode (a view)."""
-        return self._close_t.T
+        """Closes [N, W+L+1] of every env's episode (a view; a copy on historical data)."""
+        return self._episode_bars(self.data_close) if self.historical else self._close_t.T
 
     # ------------------------------------------------------------------ reset
     def reset_rows(self, rows: np.ndarray) -> None:
@@ -313,29 +362,29 @@ class TradingCore:
         every = len(rows) == self.n and (self.n == 1 or bool((rows[1:] > rows[:-1]).all()))
         sel = slice(None) if every else rows  # all envs: slices instead of scatters
         m = len(rows)
-        if self.data_close is None:
-            log_first_open, r = self._draw_paths(rows)
-            ret = self._work(0, m)  # log returns, time-major [B, m]
-            ret[...] = r.T
-            close = self._close_t if every else self._work(1, m)
-            np.add(ret[0], log_first_open, out=close[0])
-            _accumulate_time(np.add, close, ret)  # log closes
-            np.exp(close, out=close)
-            if not every:
-                self._close_t[:, rows] = close
-            self._open_t[0, sel] = np.exp(log_first_open)
-            self._open_t[1:, sel] = close[:-1]  # bars open at the previous close
-            ret = ret[1:]
-        else:
-            top = len(self.data_close) - self.bars + 1
-            start = np.array([rngs[i].integers(0, top) for i in rows.tolist()], dtype=np.int64)
-            idx = start[:, None] + np.arange(self.bars)
-            self._open_t[:, sel] = self.data_open[idx].T
-            self._close_t[:, sel] = self.data_close[idx].T
-            ret = self._log_returns(self._close_t[:, sel])
+        if self.historical:  # an episode is its start offset: nothing to copy or normalise
+            start = np.array([rngs[i].integers(0, self._top) for i in rows.tolist()], dtype=np.int64)
+            self.start[sel] = start
+            self._init_accounts(sel, self.data_close[start + self.W])
+            return
+        log_first_open, r = self._draw_paths(rows)
+        ret = self._work(0, m)  # log returns, time-major [B, m]
+        ret[...] = r.T
+        close = self._close_t if every else self._work(1, m)
+        np.add(ret[0], log_first_open, out=close[0])
+        _accumulate_time(np.add, close, ret)  # log closes
+        np.exp(close, out=close)
+        if not every:
+            self._close_t[:, rows] = close
+        self._open_t[0, sel] = np.exp(log_first_open)
+        self._open_t[1:, sel] = close[:-1]  # bars open at the previous close
+        ret = ret[1:]
         self._prepare_returns(sel, ret)
+        self._init_accounts(sel, self._close_t[self.W, sel])
+
+    def _init_accounts(self, sel: np.ndarray | slice, ref: np.ndarray) -> None:
+        """Fresh accounts for envs ``sel``; ``ref``: their reference close of bar W."""
         cfg = self.config
-        ref = self._close_t[self.W, sel]  # the reference close of bar W
         self.units[sel] = cfg.initial_cash / (self.K * ref)
         self.mark[sel] = ref
         for name in ("t", "head"):
@@ -406,7 +455,17 @@ class TradingCore:
         trade; equity is marked at that bar's close.
         """
         t0 = self._t0
-        if t0 >= 0:  # every env at the same step: one contiguous row of each price array
+        if self.historical:  # gather bar t+1 of every env from the shared data
+            bar = self._bar
+            if t0 >= 0:
+                np.add(self.start, t0 + self.W + 1, out=bar)
+            else:
+                np.add(self.start, self.t, out=bar)
+                bar += self.W + 1
+            o, c = self._o, self._c
+            np.take(self.data_open, bar, out=o)
+            np.take(self.data_close, bar, out=c)
+        elif t0 >= 0:  # every env at the same step: one contiguous row of each price array
             bar = t0 + self.W + 1
             o, c = self._open_t[bar], self._close_t[bar]
         else:
@@ -532,15 +591,24 @@ class TradingCore:
         if rows is None:  # all envs: plain arrays, and a slice when every env is at the same step
             pos, units, mark, cost, held = self.pos, self.units, self.mark, self.cost, self.held
             entry = self.entry[:, 0]
-            window = self.z[:, t0 : t0 + W] if t0 >= 0 else self.z_win[self.rows, self.t]
+            if self.historical:  # window row start + t of the data: bars start+t+1..start+t+W
+                items = self._zitems.take(self.start + t0 if t0 >= 0 else self.start + self.t)
+            else:
+                window = self.z[:, t0 : t0 + W] if t0 >= 0 else self.z_win[self.rows, self.t]
         else:
             pos, units, mark, cost, held = (a[rows] for a in (self.pos, self.units, self.mark, self.cost, self.held))
             entry = self.entry[rows, 0]
-            window = self.z_win[rows, self.t[rows]]
+            if self.historical:
+                items = self._zitems.take(self.start[rows] + self.t[rows])
+            else:
+                window = self.z_win[rows, self.t[rows]]
         m = len(pos)
         obs = np.empty((m, W + 3), np.float32)
         # the window rows as single 4W-byte items: one memcpy-like move per env
-        np.copyto(obs[:, :W].view(self._win_item), window.view(self._win_item))
+        if self.historical:
+            obs[:, :W].view(self._win_item)[:, 0] = items
+        else:
+            np.copyto(obs[:, :W].view(self._win_item), window.view(self._win_item))
         f = self._feat[:, :m] if m <= self.n else np.empty((3, m))  # [3, m] float64, then one cast copy
         if self.K == 1:
             np.copyto(f[0], pos)  # pos / 1
@@ -582,7 +650,11 @@ class TradingCore:
         for name in _STATE_ARRAYS:
             value = getattr(self, name)
             state[name] = value.astype(np.int64) if name in _INT_STATE else value.copy()
-        state["z"] = self.z.copy()
+        if self.historical:  # the episode is its start offset; open/close are kept for readers
+            state["start"] = self.start.copy()
+            state["data"] = dict(self._fingerprint)
+        else:
+            state["z"] = self.z.copy()
         state["num_envs"] = self.n
         state["config"] = asdict(self.config)
         state["rngs"] = [None if g is None else g.bit_generator.state for g in self.rngs]
@@ -601,6 +673,8 @@ class TradingCore:
             if value.shape != current.shape:
                 raise ValueError(f"state[{name!r}] has shape {value.shape}, expected {current.shape}")
             values[name] = value.astype(current.dtype, copy=True)
+        if self.historical:
+            start = self._restore_start(state, values.pop("open"), values.pop("close"))
         for name, value in values.items():
             if name == "open":
                 self._open_t[...] = value.T
@@ -608,7 +682,9 @@ class TradingCore:
                 self._close_t[...] = value.T
             else:
                 setattr(self, name, value)
-        if "z" in state:  # simulated episodes: z came from the simulator's exact log returns
+        if self.historical:
+            self.start[...] = start
+        elif "z" in state:  # simulated episodes: z came from the simulator's exact log returns
             self.z[...] = np.asarray(state["z"], dtype=np.float32)
         else:
             self._prepare_returns(slice(None), self._log_returns(self._close_t))
@@ -625,6 +701,39 @@ class TradingCore:
             pools = state.get("pools") or {}  # none in states saved before the pools existed
             self._upool.set_state(pools.get("uniform"))
             self._zpool.set_state(pools.get("normal"))
+
+
+    def _restore_start(self, state: dict[str, Any], open_: np.ndarray, close: np.ndarray) -> np.ndarray:
+        """Historical: the episode start offsets of a state, checked against this core's data.
+
+        Refuses (ValueError) a state saved on other data: a different length or close
+        checksum, or price windows that are not this data's bars at the saved offsets.
+        States without offsets (saved before they existed) are located by their windows.
+        """
+        saved = state.get("data")
+        if saved is not None and dict(saved) != self._fingerprint:
+            raise ValueError(
+                f"state was saved on different data ({saved.get('bars')} bars, close crc32 "
+                f"{saved.get('close_crc32')}); this env has {self._fingerprint['bars']} bars, "
+                f"close crc32 {self._fingerprint['close_crc32']}"
+            )
+        if "start" in state:
+            start = np.asarray(state["start"]).astype(np.int64)
+            if start.shape != (self.n,) or start.min() < 0 or start.max() >= self._top:
+                raise ValueError(f"state['start'] must be {self.n} offsets in 0..{self._top - 1}")
+        else:
+            start = np.zeros(self.n, np.int64)
+            for i in range(self.n):
+                at = np.flatnonzero(self.data_close[: self._top] == close[i, 0])
+                hits = [s for s in at.tolist() if np.array_equal(self.data_close[s : s + self.bars], close[i])
+                        and np.array_equal(self.data_open[s : s + self.bars], open_[i])]
+                if not hits:
+                    raise ValueError("state's price windows are not in this env's data: it was saved on other data")
+                start[i] = hits[0]
+        idx = start[:, None] + np.arange(self.bars)
+        if not (np.array_equal(self.data_open[idx], open_) and np.array_equal(self.data_close[idx], close)):
+            raise ValueError("state's price windows differ from this env's data at its offsets: saved on other data")
+        return start
 
 
 class TradingEnv(gym.Env):

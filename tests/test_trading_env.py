@@ -296,3 +296,31 @@ def test_state_without_pools_still_loads() -> None:
         _, _, term, trunc, _ = other.step(1)
         if term or trunc:
             other.reset()
+
+
+def test_history_normalises_once_over_the_file_causally() -> None:
+    # on --data the RMS window runs over the file's preceding bars (the file's first W bars
+    # share its first full window); permuting any later bar never changes an observation
+    W, L, bars = 8, 12, 90
+    base = random_walk_data(bars, seed=7)
+    r = np.diff(np.log(base.close))
+    rms = np.array([np.sqrt(np.mean(r[max(b, W) - W : max(b, W)] ** 2)) for b in range(1, bars)])
+    want = np.clip((r / rms).astype(np.float32), -5, 5)  # want[b-1]: bar b
+    env = TradingEnv(data=base, window=W, episode_length=L)
+    actions = np.random.default_rng(2).integers(0, 3, L)
+    for seed in range(6):
+        obs, _ = env.reset(seed=seed)
+        start = int(env.core.start[0])
+        for k, a in enumerate(actions):
+            bar = start + W + k  # the observation's bar in the file
+            np.testing.assert_allclose(obs[:W], want[bar - W : bar], rtol=2e-6, atol=1e-6)
+            later = slice(bar + 1, None)
+            o, c = base.open.copy(), base.close.copy()
+            o[later] *= 1.3
+            c[later] = np.random.default_rng(k).permutation(c[later]) * 0.7
+            moved = TradingEnv(data=market_data(o, c), window=W, episode_length=L)
+            got, _ = moved.reset(seed=seed)  # the same start: it depends on the seed and the length only
+            for b in actions[:k]:
+                got, *_ = moved.step(int(b))
+            np.testing.assert_array_equal(got, obs)
+            obs, *_ = env.step(int(a))

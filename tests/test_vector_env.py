@@ -244,3 +244,53 @@ def test_state_round_trip_k1_across_pool_refills() -> None:
             assert _same(i1["final_obs"], i2["final_obs"])
             for key in EPISODE_KEYS:
                 assert _same(i1["episode"][key], i2["episode"][key])
+
+
+def test_out_of_step_envs_equal_single_bitwise_on_history() -> None:
+    # historical episodes are start offsets into shared arrays: gathers out of step must match too
+    cfg, data = CASES["hist-K2"]
+    n = 4
+    venv = VectorTradingEnv(n, cfg, data)
+    singles = [TradingEnv(cfg, data) for _ in range(n)]
+    venv.reset(seed=5)
+    for i, env in enumerate(singles):
+        env.reset(seed=5 + i)
+    assert _compare_run(venv, singles, n, 3, cfg.num_actions) == 0
+    vstate = venv.get_state()
+    for i in (1, 3):
+        vstate["t"][i] += i
+        single = singles[i].get_state()
+        single["t"][0] += i
+        singles[i].set_state(single)
+    venv.set_state(vstate)
+    assert venv.core._t0 == -1
+    assert _compare_run(venv, singles, n, 10 * cfg.episode_length, cfg.num_actions, seed=2) >= 8 * n
+
+
+def test_state_round_trip_on_history_and_other_data_refused() -> None:
+    cfg, data = CASES["hist-K3-noshort"]
+    venv = VectorTradingEnv(5, cfg, data)
+    venv.reset(seed=2)
+    acts = np.random.default_rng(6).integers(0, cfg.num_actions, (60, 5))
+    for a in acts[:11]:
+        venv.step(a)
+    state = pickle.loads(pickle.dumps(venv.get_state()))
+    assert "start" in state and "z" not in state  # offsets, not per-episode windows
+    np.testing.assert_array_equal(state["close"], venv.core.close)
+    want = [venv.step(a) for a in acts[11:]]
+    for st in (state, {k: v for k, v in state.items() if k not in ("start", "data")}):  # old states: located
+        other = VectorTradingEnv(5, cfg, data)
+        other.set_state(pickle.loads(pickle.dumps(st)))
+        got = [other.step(a) for a in acts[11:]]
+        for (o1, r1, te1, tr1, i1), (o2, r2, te2, tr2, i2) in zip(want, got):
+            assert _same(o1, o2) and _same(r1, r2) and _same(te1, te2) and _same(tr1, tr2)
+            if "episode" in i1:
+                assert _same(i1["final_obs"], i2["final_obs"])
+                for key in EPISODE_KEYS:
+                    assert _same(i1["episode"][key], i2["episode"][key])
+    shifted = market_data(data.close * 1.5)
+    with pytest.raises(ValueError, match="different data"):
+        VectorTradingEnv(5, cfg, shifted).set_state(state)
+    old = {k: v for k, v in state.items() if k not in ("start", "data")}
+    with pytest.raises(ValueError, match="other data"):
+        VectorTradingEnv(5, cfg, shifted).set_state(old)
