@@ -51,6 +51,7 @@ _STATE_ARRAYS = (
 _INT_STATE = frozenset({"t", "pos", "head", "held", "closed", "wins"})  # float64 inside, int64 in the state
 _ACCUMULATE_ENVS = 64  # from this many envs, accumulate along time with a loop over time
 _POOL_EPISODES = 8  # episodes of variates per pool refill
+_START_EPISODES = 64  # historical: episode starts per pool refill
 _BM_BLOCK = 16384  # variates per Box-Muller block (cache sized)
 
 
@@ -308,7 +309,8 @@ class TradingCore:
         # Pools: per episode 8 parameter uniforms (+ B for regime/jump paths) and B shock
         # normals (+ B for jump paths); refilled about every _POOL_EPISODES episodes.
         self._pool_owner: list[np.random.Generator | None] = [None] * n
-        self._upool = _Pool(n, _POOL_EPISODES * (B + 8), normal=False) if data is None else None
+        # (historical: one uniform per episode, the start offset, refilled every _START_EPISODES)
+        self._upool = _Pool(n, _POOL_EPISODES * (B + 8) if data is None else _START_EPISODES, normal=False)
         self._zpool = _Pool(n, _POOL_EPISODES * B, normal=True) if data is None else None
 
     @property
@@ -358,14 +360,15 @@ class TradingCore:
                 raise RuntimeError("seed the env (reset(seed=...)) before resetting it")
             if g is not self._pool_owner[i]:  # a new generator (a reseed): drop what the old one drew
                 self._pool_owner[i] = g
-                if self._upool is not None:
-                    self._upool.clear(i)
+                self._upool.clear(i)
+                if self._zpool is not None:
                     self._zpool.clear(i)
         every = len(rows) == self.n and (self.n == 1 or bool((rows[1:] > rows[:-1]).all()))
         sel = slice(None) if every else rows  # all envs: slices instead of scatters
         m = len(rows)
         if self.historical:  # an episode is its start offset: nothing to copy or normalise
-            start = np.array([rngs[i].integers(0, self._top) for i in rows.tolist()], dtype=np.int64)
+            start = np.multiply(self._upool.take(rows, 1, rngs)[:, 0], self._top).astype(np.int64)
+            np.minimum(start, self._top - 1, out=start)  # u * top may round up to top
             self.start[sel] = start
             self._gather_returns(sel, start)
             self._init_accounts(sel, self.data_close[start + self.W])
@@ -660,8 +663,9 @@ class TradingCore:
         state["num_envs"] = self.n
         state["config"] = asdict(self.config)
         state["rngs"] = [None if g is None else g.bit_generator.state for g in self.rngs]
-        if self._upool is not None:
-            state["pools"] = {"uniform": self._upool.get_state(), "normal": self._zpool.get_state()}
+        state["pools"] = {"uniform": self._upool.get_state()}
+        if self._zpool is not None:
+            state["pools"]["normal"] = self._zpool.get_state()
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -700,9 +704,9 @@ class TradingCore:
                 self.rngs[i] = np.random.Generator(getattr(np.random, st["bit_generator"])())
             self.rngs[i].bit_generator.state = st
         self._pool_owner = list(self.rngs)
-        if self._upool is not None:
-            pools = state.get("pools") or {}  # none in states saved before the pools existed
-            self._upool.set_state(pools.get("uniform"))
+        pools = state.get("pools") or {}  # none in states saved before the pools existed
+        self._upool.set_state(pools.get("uniform"))
+        if self._zpool is not None:
             self._zpool.set_state(pools.get("normal"))
 
 
