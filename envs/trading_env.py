@@ -477,8 +477,8 @@ class TradingCore:
                 np.add(self.start, self.t, out=bar)
                 bar += self.W + 1
             o, c = self._o, self._c
-            np.take(self.data_open, bar, out=o)
-            np.take(self.data_close, bar, out=c)
+            self.data_open.take(bar, out=o, mode="clip")  # bars are always in range; "clip" skips a buffer
+            self.data_close.take(bar, out=c, mode="clip")
         elif t0 >= 0:  # every env at the same step: one contiguous row of each price array
             bar = t0 + self.W + 1
             o, c = self._open_t[bar], self._close_t[bar]
