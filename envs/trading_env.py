@@ -679,6 +679,8 @@ class TradingCore:
             if value.shape != current.shape:
                 raise ValueError(f"state[{name!r}] has shape {value.shape}, expected {current.shape}")
             values[name] = value.astype(current.dtype, copy=True)
+        if "start" in state and not self.historical:
+            raise ValueError("state was saved from an env on historical data; this env simulates its markets")
         if self.historical:
             start = self._restore_start(state, values.pop("open"), values.pop("close"))
         for name, value in values.items():

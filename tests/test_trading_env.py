@@ -308,9 +308,11 @@ def test_history_normalises_once_over_the_file_causally() -> None:
     want = np.clip((r / rms).astype(np.float32), -5, 5)  # want[b-1]: bar b
     env = TradingEnv(data=base, window=W, episode_length=L)
     actions = np.random.default_rng(2).integers(0, 3, L)
+    starts = []
     for seed in range(6):
         obs, _ = env.reset(seed=seed)
         start = int(env.core.start[0])
+        starts.append(start)
         for k, a in enumerate(actions):
             bar = start + W + k  # the observation's bar in the file
             np.testing.assert_allclose(obs[:W], want[bar - W : bar], rtol=2e-6, atol=1e-6)
@@ -324,3 +326,4 @@ def test_history_normalises_once_over_the_file_causally() -> None:
                 got, *_ = moved.step(int(b))
             np.testing.assert_array_equal(got, obs)
             obs, *_ = env.step(int(a))
+    assert max(starts) > W  # episodes whose first windows reach into the file's preceding bars

@@ -294,6 +294,8 @@ def test_state_round_trip_on_history_and_other_data_refused() -> None:
     old = {k: v for k, v in state.items() if k not in ("start", "data")}
     with pytest.raises(ValueError, match="other data"):
         VectorTradingEnv(5, cfg, shifted).set_state(old)
+    with pytest.raises(ValueError, match="historical"):
+        VectorTradingEnv(5, cfg).set_state(state)
 
 
 def test_history_starts_pool_refills_equal_single_and_round_trip() -> None:
