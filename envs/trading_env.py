@@ -24,10 +24,9 @@ bar ``t+1``'s close. Observation at bar ``t`` ([W+3] float32):
 """
 from __future__ import annotations
 
-from dataclasses import asdict, replace
-from typing import TYPE_CHECKING, Any, Sequence
-
 import zlib
+from dataclasses import asdict, replace
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -275,7 +274,7 @@ class TradingCore:
         self.rngs: list[np.random.Generator | None] = [None] * num_envs
         self.rows = np.arange(num_envs)
         self._slot = np.arange(self.K)
-        n, B, W, L, K = num_envs, self.bars, self.W, self.L, self.K
+        n, B, W, K = num_envs, self.bars, self.W, self.K
         hist = data is not None
         self._open_t = np.zeros((0 if hist else B, n))  # time-major prices (simulated only)
         self._close_t = np.ones((0 if hist else B, n))
@@ -300,12 +299,12 @@ class TradingCore:
         self._flags = np.zeros((2, n), bool)
         self._traded = np.zeros(n, bool)
         self._targets = np.arange(c.num_actions, dtype=np.float64) - self.offset  # action -> target lots
-        self._scratch = [np.empty(0 if hist else B * n) for _ in range(3)]
-        self._z32 = np.empty(0 if hist else (B - 1) * n, np.float32)  # time-major normalised returns before the transpose  # time-major [B, m] work arrays (flat)
+        self._scratch = [np.empty(0 if hist else B * n) for _ in range(3)]  # time-major [B, m] work arrays (flat)
+        self._z32 = np.empty(0 if hist else (B - 1) * n, np.float32)  # time-major normalised returns before the transpose
         self._tmp = [np.empty(n) for _ in range(4)]
         self._win_item = np.dtype(f"V{4 * W}")  # one observation window as a raw item
-        self._feat = np.empty((3, n))
-        self._paths = np.empty((n, 0 if hist else B))  # env-major simulated log returns before the transpose  # observation columns W.. before the float32 cast
+        self._feat = np.empty((3, n))  # observation columns W.. before the float32 cast
+        self._paths = np.empty((n, 0 if hist else B))  # env-major simulated log returns before the transpose
         # Pools: per episode 8 parameter uniforms (+ B for regime/jump paths) and B shock
         # normals (+ B for jump paths); refilled about every _POOL_EPISODES episodes.
         self._pool_owner: list[np.random.Generator | None] = [None] * n
