@@ -201,27 +201,34 @@ def _compare_run(venv, singles, n, steps, num_actions, seed=0) -> int:
     return finished
 
 
-@pytest.mark.parametrize("max_position", [1, 2])
-def test_out_of_step_envs_equal_single_bitwise(max_position: int) -> None:
-    # envs at different steps (gathers instead of rows) and partial auto-resets of simulated
-    # paths (some envs' pools only) must still match the single envs bit for bit
-    cfg = EnvConfig(market="mixed", window=6, episode_length=9, max_position=max_position)
+def _check_out_of_step(cfg: EnvConfig, data, seed: int, warmup: int, shifted: tuple[int, ...], episodes: int,
+                       action_seed: int, min_finished: int) -> None:
+    """Move some envs ahead (the core then gathers instead of reading rows) and check the
+    vector env still matches single envs bit for bit, across auto-resets."""
     n = 4
-    venv = VectorTradingEnv(n, cfg)
-    singles = [TradingEnv(cfg) for _ in range(n)]
-    venv.reset(seed=3)
+    venv = VectorTradingEnv(n, cfg, data)
+    singles = [TradingEnv(cfg, data) for _ in range(n)]
+    venv.reset(seed=seed)
     for i, env in enumerate(singles):
-        env.reset(seed=3 + i)
-    assert _compare_run(venv, singles, n, 4, cfg.num_actions) == 0
+        env.reset(seed=seed + i)
+    assert _compare_run(venv, singles, n, warmup, cfg.num_actions) == 0
     vstate = venv.get_state()
-    for i in (1, 2):  # move envs 1 and 2 ahead by i steps
+    for i in shifted:  # move env i ahead by i steps
         vstate["t"][i] += i
         single = singles[i].get_state()
         single["t"][0] += i
         singles[i].set_state(single)
     venv.set_state(vstate)
     assert venv.core._t0 == -1
-    assert _compare_run(venv, singles, n, 12 * cfg.episode_length, cfg.num_actions, seed=1) >= 10 * n
+    finished = _compare_run(venv, singles, n, episodes * cfg.episode_length, cfg.num_actions, seed=action_seed)
+    assert finished >= min_finished
+
+
+@pytest.mark.parametrize("max_position", [1, 2])
+def test_out_of_step_envs_equal_single_bitwise(max_position: int) -> None:
+    # simulated: partial auto-resets refill only some envs' pools
+    cfg = EnvConfig(market="mixed", window=6, episode_length=9, max_position=max_position)
+    _check_out_of_step(cfg, None, seed=3, warmup=4, shifted=(1, 2), episodes=12, action_seed=1, min_finished=40)
 
 
 def test_state_round_trip_k1_across_pool_refills() -> None:
@@ -249,22 +256,7 @@ def test_state_round_trip_k1_across_pool_refills() -> None:
 def test_out_of_step_envs_equal_single_bitwise_on_history() -> None:
     # historical episodes are start offsets into shared arrays: gathers out of step must match too
     cfg, data = CASES["hist-K2"]
-    n = 4
-    venv = VectorTradingEnv(n, cfg, data)
-    singles = [TradingEnv(cfg, data) for _ in range(n)]
-    venv.reset(seed=5)
-    for i, env in enumerate(singles):
-        env.reset(seed=5 + i)
-    assert _compare_run(venv, singles, n, 3, cfg.num_actions) == 0
-    vstate = venv.get_state()
-    for i in (1, 3):
-        vstate["t"][i] += i
-        single = singles[i].get_state()
-        single["t"][0] += i
-        singles[i].set_state(single)
-    venv.set_state(vstate)
-    assert venv.core._t0 == -1
-    assert _compare_run(venv, singles, n, 10 * cfg.episode_length, cfg.num_actions, seed=2) >= 8 * n
+    _check_out_of_step(cfg, data, seed=5, warmup=3, shifted=(1, 3), episodes=10, action_seed=2, min_finished=32)
 
 
 def test_state_round_trip_on_history_and_other_data_refused() -> None:
