@@ -10,6 +10,7 @@ leaves the previous checkpoint and the ``latest`` pointer intact.
 """
 from __future__ import annotations
 
+import datetime
 import fcntl
 import os
 import re
@@ -25,7 +26,14 @@ from .errors import UsageError
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint_u(\d{8})\.pt$")
 LATEST_NAME = "latest"
 BEST_NAME = "best.pt"
+METRICS_NAME = "metrics.csv"
+TENSORBOARD_NAME = "tb"
 LOCK_NAME = ".lock"
+PREVIOUS_PREFIX = "previous-"
+# What a killed writer of this project can leave: ".<target>.<pid>.tmp" for each file written
+# atomically, and the ".write-test.<pid>" probe of the start-up check.
+OWN_TEMP_PATTERN = re.compile(
+    r"^\.(?:(?:checkpoint_u\d{8}\.pt|latest|best\.pt|\.write-test\.\d+)\.\d+\.tmp|write-test\.\d+)$")
 _NDARRAY_TAG = "__ndarray__"
 
 
@@ -116,39 +124,122 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------ the directory
 
 
+def update_of(path: Path) -> int:
+    """The update number in a checkpoint file's name."""
+    match = CHECKPOINT_PATTERN.match(path.name)
+    assert match is not None, path
+    return int(match.group(1))
+
+
+def peek_run_id(path: Path) -> Optional[str]:
+    """The ``run_id`` stored in a checkpoint (None for an unreadable or pre-run-id file).
+
+    Memory-maps the file, so the tensors are not read."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 - any unreadable file is simply nobody's
+        return None
+    return state.get("run_id") if isinstance(state, dict) else None
+
+
 class CheckpointDir:
-    """The run directory: ``checkpoint_uNNNNNNNN.pt`` files, ``latest``, ``best.pt``."""
+    """The run directory: ``checkpoint_uNNNNNNNN.pt`` files, ``latest``, ``best.pt``,
+    ``metrics.csv`` and ``tb/``, all belonging to one run.
+
+    Rotation only ever deletes checkpoints of this run: the ones :meth:`save` wrote,
+    plus those :meth:`adopt` found carrying the resumed run's ``run_id``.
+    """
 
     def __init__(self, directory: str | os.PathLike, keep: int = 3) -> None:
         self.path = Path(directory)
         self.keep = keep
+        self._own: list[Path] = []
 
     def checkpoints(self) -> list[Path]:
         """Checkpoint files, newest (highest update) first."""
         if not self.path.is_dir():
             return []
         found = [p for p in self.path.iterdir() if CHECKPOINT_PATTERN.match(p.name)]
-        return sorted(found, key=lambda p: int(CHECKPOINT_PATTERN.match(p.name).group(1)), reverse=True)
+        return sorted(found, key=update_of, reverse=True)
+
+    def adopt(self, run_id: str, resumed_from: Optional[Path] = None) -> None:
+        """Count as this run's own (for rotation) the checkpoints here that carry ``run_id``,
+        and ``resumed_from`` (a checkpoint of an older format may carry none)."""
+        self._own = [p for p in self.checkpoints() if p == resumed_from or peek_run_id(p) == run_id]
 
     def save(self, state: dict[str, Any], update: int, is_best: bool) -> Path:
-        """Write ``state`` as the checkpoint of ``update``, point ``latest`` at it,
-        copy it to ``best.pt`` if ``is_best``, and drop checkpoints beyond ``keep``."""
+        """Write ``state`` as the checkpoint of ``update``, point ``latest`` at it, copy it to
+        ``best.pt`` if ``is_best``, and drop this run's checkpoints beyond the newest ``keep``."""
         self.path.mkdir(parents=True, exist_ok=True)
         path = self.path / f"checkpoint_u{update:08d}.pt"
         atomic_save(state, path)
         atomic_write_bytes(self.path / LATEST_NAME, lambda handle: handle.write(path.name.encode() + b"\n"))
         if is_best:
             atomic_save(state, self.path / BEST_NAME)
-        for old in self.checkpoints()[self.keep:]:
+        self._own = sorted({*self._own, path}, key=update_of, reverse=True)
+        for old in self._own[self.keep:]:
             old.unlink(missing_ok=True)
+        self._own = self._own[: self.keep]
         return path
 
-    def remove_stale_temp_files(self) -> list[Path]:
-        """Delete temp files left by a writer that was killed mid-write. Call only while
-        holding the run lock (then no other process is writing here)."""
+    def run_files(self) -> list[Path]:
+        """The files of a run in this directory: checkpoints, ``latest``, ``best.pt``,
+        ``metrics.csv`` and ``tb/`` (not the lock, nor runs moved aside)."""
         if not self.path.is_dir():
             return []
-        stale = [p for p in self.path.iterdir() if p.name.startswith(".") and p.name.endswith(".tmp")]
+        names = {LATEST_NAME, BEST_NAME, METRICS_NAME, TENSORBOARD_NAME}
+        return sorted(p for p in self.path.iterdir() if p.name in names or CHECKPOINT_PATTERN.match(p.name))
+
+    def describe_run(self) -> Optional[tuple[str, bool]]:
+        """None when no run's files are here, else a short description of the run they hold
+        and whether it has a valid checkpoint to resume from."""
+        files = self.run_files()
+        if not files:
+            return None
+        try:
+            _, state, _ = self.load_newest_valid()
+        except UsageError:
+            return f"files of an earlier run ({', '.join(p.name for p in files[:4])})", False
+        counters, config = state["counters"], state.get("config", {})
+        return (f"a run at episode {counters['global_episodes']}/{config.get('episodes', '?')}, "
+                f"update {counters['update']}"), True
+
+    def refuse_if_taken(self) -> None:
+        """UsageError when this directory already holds a run (a new run must not touch it)."""
+        held = self.describe_run()
+        if held is not None:
+            what, resumable = held
+            resume = "pass --resume to continue it, " if resumable else ""
+            raise UsageError(
+                f"--checkpoint-dir {self.path} already holds {what}; {resume}choose another --checkpoint-dir "
+                f"for a new run, or pass --overwrite to move it into {self.path / PREVIOUS_PREFIX}<timestamp>/ "
+                f"and start afresh")
+
+    def move_aside(self) -> Optional[Path]:
+        """Move a previous run's files into ``previous-<timestamp>/`` (nothing is deleted).
+        Returns that folder, or None when there was nothing to move."""
+        files = self.run_files()
+        if not files:
+            return None
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        target = self.path / f"{PREVIOUS_PREFIX}{stamp}"
+        suffix = 1
+        while target.exists():
+            suffix += 1
+            target = self.path / f"{PREVIOUS_PREFIX}{stamp}-{suffix}"
+        target.mkdir()
+        for path in files:
+            os.replace(path, target / path.name)
+        _fsync_dir(self.path)
+        return target
+
+    def remove_stale_temp_files(self) -> list[Path]:
+        """Delete this project's temp files (:data:`OWN_TEMP_PATTERN`) left by a writer killed
+        mid-write; other files are never touched. Call only while holding the run lock
+        (then no other process is writing here)."""
+        if not self.path.is_dir():
+            return []
+        stale = [p for p in self.path.iterdir() if OWN_TEMP_PATTERN.match(p.name)]
         for path in stale:
             path.unlink(missing_ok=True)
         return stale
@@ -188,7 +279,7 @@ class CheckpointDir:
         """Fail early (UsageError) if the directory cannot be created or written, or is too full."""
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            probe = self.path / f".write-test.{os.getpid()}"
+            probe = self.path / f".write-test.{os.getpid()}"  # matches OWN_TEMP_PATTERN, as its temp does
             atomic_write_bytes(probe, lambda handle: handle.write(b"ok"))
             probe.unlink()
         except (OSError, CheckpointError) as err:
@@ -204,7 +295,9 @@ class RunLock:
     """An exclusive ``flock`` on ``<checkpoint-dir>/.lock`` for the life of a run.
 
     The kernel drops the lock when the process dies, however it dies; a clean exit
-    also removes the file.
+    also removes the file. Because the file is removed, a lock only counts once the
+    locked file is still the one at the path: a process that opened the file just
+    before its holder removed it would otherwise lock a file nobody else can see.
     """
 
     def __init__(self, directory: str | os.PathLike) -> None:
@@ -213,22 +306,36 @@ class RunLock:
 
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(self.path, "a+")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            owner = handle.read().strip() or "unknown"
-            handle.close()
-            raise UsageError(f"checkpoint dir {self.path.parent} is in use by another run (pid {owner}); "
-                             f"wait for it to finish or choose another --checkpoint-dir") from None
+        while True:
+            handle = open(self.path, "a+")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                owner = handle.read().strip() or "unknown"
+                handle.close()
+                raise UsageError(f"checkpoint dir {self.path.parent} is in use by another run (pid {owner}); "
+                                 f"wait for it to finish or choose another --checkpoint-dir") from None
+            if self._is_current(handle):
+                break
+            handle.close()  # the holder removed this file after we opened it: lock the new one
         handle.seek(0)
         handle.truncate()
         handle.write(f"{os.getpid()}\n")
         handle.flush()
         self._handle = handle
 
+    def _is_current(self, handle: Any) -> bool:
+        """Whether ``handle`` is the file now at :attr:`path`."""
+        try:
+            on_disk = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        held = os.fstat(handle.fileno())
+        return (held.st_dev, held.st_ino) == (on_disk.st_dev, on_disk.st_ino)
+
     def release(self) -> None:
+        """Remove the file while still holding the lock, then unlock (see the class docstring)."""
         if self._handle is None:
             return
         self.path.unlink(missing_ok=True)

@@ -2,6 +2,7 @@
 worker starts, then launch (single process, spawned workers, or under torchrun)."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from typing import Optional
@@ -9,31 +10,43 @@ from typing import Optional
 from envs.data import DataError, load_ohlcv
 
 from .checkpoint import CheckpointDir, RunLock
-from .config import TrainConfig, config_from_args, validate
+from .config import TrainConfig, parse_flags, resumed_config, validate
 from .distributed import announces_for_job, launch, launched_by_torchrun, resolve_device, world_size_for
 from .errors import EXIT_USAGE, UsageError
 from .trainer import LOCK_HELD_VARIABLE, build_agent, check_model_matches, train_worker
 
 
-def preflight(config: TrainConfig, world_size: int) -> None:
-    """Every check that can fail before training: raises UsageError (one line)."""
+def preflight(config: TrainConfig, given: frozenset[str], world_size: int) -> TrainConfig:
+    """Every check that can fail before training: raises UsageError (one line).
+
+    Returns the run's config: with ``--resume``, the checkpoint's settings under the
+    ``given`` flags; else ``config``, once the checkpoint dir is known to hold no run
+    (or ``--overwrite`` says to move it aside).
+    """
+    directory = CheckpointDir(config.checkpoint_dir, config.keep_checkpoints)
+    if config.resume and not config.overwrite:
+        path, state, _ = directory.load_newest_valid()
+        config = resumed_config(config, given, state["config"])[0]
     validate(config, world_size)
+    parameter_bytes = sum(p.numel() for p in build_agent(config).parameters()) * 4
+    directory.check_writable(needed_bytes=4 * (3 * parameter_bytes + (1 << 20)))
+    with RunLock(config.checkpoint_dir):  # a live run's directory: say that, not what it holds
+        pass
+    if config.resume:
+        check_model_matches(config, state, path)
+    elif not config.overwrite:
+        directory.refuse_if_taken()
     if config.data is not None:
         try:
             load_ohlcv(config.data, config.date_format, min_rows=config.env.window + config.env.episode_length + 1)
         except DataError as err:
             raise UsageError(str(err)) from None
-    directory = CheckpointDir(config.checkpoint_dir, config.keep_checkpoints)
-    if config.resume:
-        path, state, _ = directory.load_newest_valid()
-        check_model_matches(config, state, path)
-    parameter_bytes = sum(p.numel() for p in build_agent(config).parameters()) * 4
-    directory.check_writable(needed_bytes=4 * (3 * parameter_bytes + (1 << 20)))
+    return config
 
 
 def main(argv: Optional[list[str]] = None, force_distributed: bool = False, prog: Optional[str] = None) -> int:
     """Run the trainer; returns the process exit code (2 for bad input, 130/143 when interrupted)."""
-    config = config_from_args(argv, prog)
+    config, given = parse_flags(argv, prog)
     if force_distributed:
         config.distributed = True
     lock: Optional[RunLock] = None
@@ -43,7 +56,7 @@ def main(argv: Optional[list[str]] = None, force_distributed: bool = False, prog
         if launched_by_torchrun():
             validate(config, world_size)  # every worker checks; rank 0 checks the rest when it starts
         else:
-            preflight(config, world_size)
+            config = preflight(config, given, world_size)
             if config.distributed:  # the launcher holds the run lock for its workers
                 lock = RunLock(config.checkpoint_dir)
                 lock.acquire()
@@ -52,7 +65,7 @@ def main(argv: Optional[list[str]] = None, force_distributed: bool = False, prog
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return launch(config, device, train_worker)
+        return launch(config, device, functools.partial(train_worker, given=given))
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE

@@ -3,6 +3,10 @@
 Every flag of ``train_ppo_lstm.py`` is a field of :class:`TrainConfig` (or of the
 nested :class:`envs.config.EnvConfig`). A field's default, type, ``help`` and
 ``group`` metadata become the flag; nothing about a flag is written twice.
+
+A field marked ``launch`` describes this invocation (where to write, how many
+workers, which port); every other field is a setting of the run, which
+``--resume`` takes from the checkpoint unless the command line gives it.
 """
 from __future__ import annotations
 
@@ -29,9 +33,10 @@ DEFAULT_MASTER_PORT = 12355
 MAX_LEARNING_RATE = 10.0  # far above any useful Adam rate; larger ones overflow Adam's step
 
 
-def _f(default: Any, group: str, help: str, **extra: Any) -> Any:
-    """A dataclass field carrying its flag's group and help text."""
-    return field(default=default, metadata={"group": group, "help": help, **extra})
+def _f(default: Any, group: str, help: str, launch: bool = False, **extra: Any) -> Any:
+    """A dataclass field carrying its flag's group and help text; ``launch`` marks a
+    setting of this invocation, which ``--resume`` never takes from the checkpoint."""
+    return field(default=default, metadata={"group": group, "help": help, "launch": launch, **extra})
 
 
 @dataclass
@@ -42,17 +47,20 @@ class TrainConfig:
     episodes: int = _f(1000, RUN, "total completed episodes (global, over all workers)")
     num_envs: int = _f(8, RUN, "vectorised environments per worker")
     seed: int = _f(1, RUN, "random seed (model init, envs, sampling)")
-    device: str = _f("auto", RUN, "where to train", choices=("auto", "cpu", "cuda"))
+    device: str = _f("auto", RUN, "where to train", launch=True, choices=("auto", "cpu", "cuda"))
     data: Optional[str] = _f(None, RUN, "OHLCV history (CSV or Parquet) for rank 0 (default: a simulated market)")
     date_format: Optional[str] = _f(None, RUN, "strftime format of the data's time column (default: detected)")
     data_all_ranks: bool = _f(False, RUN, "trade --data on every rank (at different random windows)")
-    log_file: str = _f("training.log", RUN, "append episode lines here (flushed per line, for tail -f)")
+    log_file: str = _f("training.log", RUN, "append episode lines here (flushed per line, for tail -f)", launch=True)
     log_interval: int = _f(10, RUN, "print a log line every this many episodes")
-    checkpoint_dir: str = _f("checkpoints", RUN, "checkpoints, metrics.csv and the lock file go here")
+    checkpoint_dir: str = _f("checkpoints", RUN, "checkpoints, metrics.csv and the lock file go here", launch=True)
     checkpoint_interval: int = _f(100, RUN, "save a checkpoint every this many episodes (and at the end)")
     keep_checkpoints: int = _f(3, RUN, "how many recent checkpoints to keep (best.pt is kept apart)")
-    resume: bool = _f(False, RUN, "continue from the newest valid checkpoint in --checkpoint-dir")
-    progress: bool = _f(True, RUN, "show a tqdm progress bar over episodes")
+    resume: bool = _f(False, RUN, "continue the run in --checkpoint-dir from its newest valid checkpoint, with its "
+                      "settings (flags given here override them)", launch=True)
+    overwrite: bool = _f(False, RUN, "start afresh in a --checkpoint-dir that holds a run, moving that run's files "
+                         "into <checkpoint-dir>/previous-<timestamp>/", launch=True)
+    progress: bool = _f(True, RUN, "show a tqdm progress bar over episodes", launch=True)
     tensorboard: bool = _f(False, RUN, "also write TensorBoard curves to <checkpoint-dir>/tb (needs tensorboard)")
     # PPO
     update_interval: int = _f(128, PPO, "transitions in one update's batch (all workers together)")
@@ -74,17 +82,19 @@ class TrainConfig:
     hidden_size: int = _f(64, MODEL, "width of the MLP encoder")
     lstm_size: int = _f(64, MODEL, "LSTM hidden state size")
     # distributed
-    distributed: bool = _f(False, DIST, "spawn one worker per device (GPUs, or CPU processes with --device cpu)")
+    distributed: bool = _f(False, DIST, "spawn one worker per device (GPUs, or CPU processes with --device cpu)",
+                           launch=True)
     num_gpus: Optional[int] = _f(
-        None, DIST, "workers to spawn (default: every visible GPU; 2 on CPU)", aliases=("--num-workers",)
+        None, DIST, "workers to spawn (default: every visible GPU; 2 on CPU)", launch=True, aliases=("--num-workers",)
     )
     backend: Optional[str] = _f(None, DIST, "torch.distributed backend (default: nccl on CUDA, gloo on CPU)",
-                                choices=("nccl", "gloo"))
-    master_addr: str = _f("localhost", DIST, "rendezvous address of spawned workers")
+                                launch=True, choices=("nccl", "gloo"))
+    master_addr: str = _f("localhost", DIST, "rendezvous address of spawned workers", launch=True)
     master_port: Optional[int] = _f(
-        None, DIST, f"rendezvous port (default: {DEFAULT_MASTER_PORT}, or a free one if that is taken)"
+        None, DIST, f"rendezvous port (default: {DEFAULT_MASTER_PORT}, or a free one if that is taken)", launch=True
     )
-    dist_timeout: float = _f(180.0, DIST, "seconds before a stuck collective (e.g. a dead worker) fails the job")
+    dist_timeout: float = _f(180.0, DIST, "seconds before a stuck collective (e.g. a dead worker) fails the job",
+                             launch=True)
     sync_check_interval: int = _f(50, DIST, "compare a parameter checksum across ranks every this many updates")
     # environment
     env: EnvConfig = field(default_factory=EnvConfig, metadata={"group": ENV})
@@ -112,11 +122,13 @@ def _base_type(hint: Any) -> type:
     return args[0] if args else hint
 
 
-def _add_field(group: Any, f: dataclasses.Field, hint: Any, dest: str) -> None:
-    """Add one dataclass field (type ``hint``) to an argparse group as ``--field-name``."""
+def _add_field(group: Any, f: dataclasses.Field, hint: Any, dest: str, defaults: bool) -> None:
+    """Add one dataclass field (type ``hint``) to an argparse group as ``--field-name``
+    (without a default when not ``defaults``: then only given flags reach the namespace)."""
     meta = f.metadata
     kind = _base_type(hint)
-    kwargs: dict[str, Any] = {"dest": dest, "default": f.default, "help": meta["help"]}
+    default = f.default if defaults else argparse.SUPPRESS
+    kwargs: dict[str, Any] = {"dest": dest, "default": default, "help": meta["help"]}
     if kind is bool:
         kwargs["action"] = argparse.BooleanOptionalAction if f.default else "store_true"
     elif "choices" in meta:
@@ -141,8 +153,9 @@ class _OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
-    """The CLI parser, generated from :class:`TrainConfig` and its nested :class:`EnvConfig`."""
+def build_parser(prog: Optional[str] = None, defaults: bool = True) -> argparse.ArgumentParser:
+    """The CLI parser, generated from :class:`TrainConfig` and its nested :class:`EnvConfig`
+    (``defaults=False``: a parser whose namespace holds only the flags given)."""
     parser = _OneLineParser(
         prog=prog,
         description="Train a recurrent (LSTM) PPO agent to trade, on one device or many.",
@@ -153,17 +166,56 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     for f in dataclasses.fields(TrainConfig):
         if f.name == "env":
             for env_field in dataclasses.fields(EnvConfig):
-                _add_field(groups[ENV], env_field, env_hints[env_field.name], "env." + env_field.name)
+                _add_field(groups[ENV], env_field, env_hints[env_field.name], "env." + env_field.name, defaults)
         else:
-            _add_field(groups[f.metadata["group"]], f, hints[f.name], f.name)
+            _add_field(groups[f.metadata["group"]], f, hints[f.name], f.name, defaults)
     return parser
+
+
+def parse_flags(argv: Optional[list[str]] = None,
+                prog: Optional[str] = None) -> tuple[TrainConfig, frozenset[str]]:
+    """Parse ``argv`` (flag errors exit 2 in one line). Returns the config and the names of
+    the fields the command line gave (``"episodes"``, ``"env.fee_bps"``, ...)."""
+    namespace = vars(build_parser(prog).parse_args(argv))
+    given = frozenset(vars(build_parser(prog, defaults=False).parse_args(argv)))
+    env = EnvConfig(**{k[4:]: v for k, v in namespace.items() if k.startswith("env.")})
+    return TrainConfig(env=env, **{k: v for k, v in namespace.items() if not k.startswith("env.")}), given
 
 
 def config_from_args(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> TrainConfig:
     """Parse ``argv`` into a :class:`TrainConfig` (flag errors exit 2 in one line)."""
-    namespace = vars(build_parser(prog).parse_args(argv))
-    env = EnvConfig(**{k[4:]: v for k, v in namespace.items() if k.startswith("env.")})
-    return TrainConfig(env=env, **{k: v for k, v in namespace.items() if not k.startswith("env.")})
+    return parse_flags(argv, prog)[0]
+
+
+def _settings(config: TrainConfig) -> dict[str, tuple[dataclasses.Field, Any]]:
+    """Every flag's field and value, keyed ``"name"`` or ``"env.name"``."""
+    out = {f.name: (f, getattr(config, f.name)) for f in dataclasses.fields(config) if f.name != "env"}
+    out.update({"env." + f.name: (f, getattr(config.env, f.name)) for f in dataclasses.fields(config.env)})
+    return out
+
+
+def resumed_config(config: TrainConfig, given: frozenset[str],
+                   saved: dict[str, Any]) -> tuple[TrainConfig, list[str]]:
+    """The config of a resumed run: the checkpoint's ``saved`` settings, except the launch
+    fields and those the command line ``given`` (which win).
+
+    Returns it with one ``--flag old -> new`` entry per given setting that changed.
+    """
+    merged = TrainConfig.from_dict(saved)
+    changes = []
+    for name, (f, value) in _settings(config).items():
+        if not (f.metadata.get("launch") or name in given):
+            continue
+        target = merged.env if name.startswith("env.") else merged
+        old = getattr(target, f.name)
+        if not f.metadata.get("launch") and old != value:
+            changes.append(f"{_flag(f.name)} {_show(old)} -> {_show(value)}")
+        setattr(target, f.name, value)
+    return merged, changes
+
+
+def _show(value: Any) -> str:
+    return "none" if value is None else str(value)
 
 
 def validate(config: TrainConfig, world_size: int = 1) -> None:
@@ -196,13 +248,23 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
         config.env.validate()
     except ValueError as err:
         raise UsageError(str(err)) from None
-    steps_per_env(config, world_size)
-    if (config.num_envs * world_size) % config.minibatches:
-        total = config.num_envs * world_size
+    if config.resume and config.overwrite:
+        raise UsageError("--resume continues the run in --checkpoint-dir and --overwrite moves it aside; "
+                         "pass only one of them")
+    steps = steps_per_env(config, world_size)
+    total = config.num_envs * world_size
+    if total % config.minibatches:
         valid = [m for m in range(1, total + 1) if total % m == 0]
         raise UsageError(
             f"--minibatches {config.minibatches} must divide the {total} env sequences of a batch "
             f"(--num-envs {config.num_envs} x {world_size} workers); valid: {', '.join(map(str, valid))}"
+        )
+    if config.norm_adv and steps * total // config.minibatches < 2:
+        fewest = max(m for m in range(1, total + 1) if total % m == 0 and steps * total // m >= 2)
+        raise UsageError(
+            f"--minibatches {config.minibatches} leaves one transition per minibatch ({config.update_interval} "
+            f"transitions / {config.minibatches}), too few to normalise advantages; use --minibatches {fewest} "
+            f"or fewer, a larger --update-interval, or --no-norm-adv"
         )
 
 

@@ -38,7 +38,8 @@ class PPOSettings:
 
 @dataclass
 class UpdateStats:
-    """Means over the minibatches of the last epoch run (losses) or of all epochs (kl, clip)."""
+    """Means over every minibatch of every epoch run (losses, entropy, approx-KL, clip fraction);
+    the explained variance is of the rollout's values."""
 
     policy_loss: float
     value_loss: float
@@ -65,7 +66,8 @@ def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, ba
     non-finite-loss stop are decided on cross-rank means, so all ranks stop together.
     """
     num_envs = batch.num_envs
-    envs_per_minibatch = num_envs // settings.minibatches
+    if num_envs % settings.minibatches:
+        raise ValueError(f"{settings.minibatches} minibatches do not divide the batch's {num_envs} env sequences")
     device = batch.obs.device
     sums = torch.zeros(6, device=device)  # pg, v, entropy, kl, clipfrac, count
     finite = True
@@ -73,8 +75,8 @@ def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, ba
     for _ in range(settings.epochs):
         order = torch.randperm(num_envs, generator=permutation_generator).to(device)
         epoch_kl = torch.zeros((), device=device)
-        for start in range(0, num_envs, envs_per_minibatch):
-            mb = batch.select_envs(order[start:start + envs_per_minibatch])
+        for envs in order.view(settings.minibatches, -1):  # [M, B / M] env indices
+            mb = batch.select_envs(envs)
             logits, values, _ = agent(mb.obs, (mb.initial_h, mb.initial_c), mb.episode_starts)
             dist = torch.distributions.Categorical(logits=logits, validate_args=False)
             new_log_probs = dist.log_prob(mb.actions.long())

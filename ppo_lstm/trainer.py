@@ -6,12 +6,13 @@ batch, so parameters stay equal without a broadcast.
 """
 from __future__ import annotations
 
+import datetime
 import math
 import os
 import random
+import secrets
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -25,7 +26,7 @@ from envs.vector import VectorTradingEnv
 from .agent import LSTMState, RecurrentActorCritic
 from .buffer import RolloutBatch, RolloutBuffer
 from .checkpoint import CheckpointDir, CheckpointError, RunLock, from_safe, to_safe
-from .config import TrainConfig, steps_per_env
+from .config import TrainConfig, resumed_config, steps_per_env, validate
 from .distributed import Worker, episode_share, parameters_in_sync, remaining_episode_shares, trades_history
 from .errors import EXIT_USAGE, UsageError
 from .logger import EPISODE_FIELDS, EpisodeTotals, NullLogger, RunLogger, episode_records, format_episode_line
@@ -85,8 +86,9 @@ class Trainer:
     """Trains the shared agent on this worker's envs; rank 0 logs and checkpoints."""
 
     def __init__(self, config: TrainConfig, worker: Worker, resume: Optional[tuple[Path, dict[str, Any]]],
-                 stop: StopRequest) -> None:
+                 stop: StopRequest, notes: tuple[str, ...] = ()) -> None:
         self.config, self.comm, self.device, self.stop = config, worker.comm, worker.device, stop
+        self.notes = list(notes)  # start-up lines for rank 0's console and log
         comm = self.comm
         self.rank, self.world_size = comm.rank, comm.world_size
         self.steps = steps_per_env(config, self.world_size)
@@ -122,7 +124,7 @@ class Trainer:
         self.obs: np.ndarray = obs  # [N, D]
         self.episode_start = np.ones(config.num_envs, dtype=bool)  # [N]
         self.lstm_state: LSTMState = self.agent.initial_state(config.num_envs, self.device)
-        self.resume_note = ""
+        self.run_id = new_run_id()
         self.resumed_from: Optional[Path] = None
         if resume is not None:
             self._restore(*resume)
@@ -130,6 +132,7 @@ class Trainer:
         self.checkpoints = CheckpointDir(config.checkpoint_dir, config.keep_checkpoints)
         if self.rank == 0:
             self.checkpoints.remove_stale_temp_files()  # from a writer killed mid-save; the run lock is held
+            self.checkpoints.adopt(self.run_id, self.resumed_from)
             run_dir = Path(config.checkpoint_dir)
             self.log: RunLogger | NullLogger = RunLogger(
                 config.log_file, run_dir / "metrics.csv", config.episodes, self.global_episodes, config.progress,
@@ -167,12 +170,13 @@ class Trainer:
         self.next_log_at = counters["next_log_at"]
         self.next_checkpoint_at = counters["next_checkpoint_at"]
         self.best_score = counters["best_score"]
-        saved_world = state["world_size"]
+        self.run_id = state.get("run_id") or self.run_id  # a checkpoint of an older format carries none
+        saved_world, saved_envs = state["world_size"], state["config"]["num_envs"]
         same_layout = (saved_world == self.world_size and len(state["ranks"]) == self.world_size
-                       and state["config"]["num_envs"] == self.config.num_envs
-                       and state["config"]["env"] == self.config.to_dict()["env"]
+                       and saved_envs == self.config.num_envs)
+        same_market = (state["config"]["env"] == self.config.to_dict()["env"]
                        and state["config"]["data"] == self.config.data)
-        if same_layout:
+        if same_layout and same_market:
             rank_state = state["ranks"][self.rank]
             self.rank_episodes = rank_state["rank_episodes"]
             done = [r["rank_episodes"] for r in state["ranks"]]
@@ -187,16 +191,17 @@ class Trainer:
             self.episode_start = from_safe(rank_state["episode_start"])
             self.lstm_state = (rank_state["lstm_h"].to(self.device), rank_state["lstm_c"].to(self.device))
         else:
-            # A different layout: what is left is split afresh, envs restart.
+            # Another layout or market: what is left is split afresh, envs restart.
             self.rank_episodes = 0
             self.share = remaining_episode_shares(max(0, self.config.episodes - self.global_episodes), [],
                                                   self.world_size)[self.rank]
             obs, _ = self.env.reset(seed=env_seeds(self.config.seed, self.rank, self.config.num_envs, self.update))
             self.obs = obs
-            self.resume_note = (f"; checkpoint was written by {saved_world} worker(s) with --num-envs "
-                                f"{state['config']['num_envs']}, this run has {self.world_size} x "
-                                f"{self.config.num_envs}: weights, optimizer and counters restored, "
-                                f"environments and per-rank RNG streams restarted")
+            why = (f"the checkpoint was written by {saved_world} worker(s) x {saved_envs} envs and this run has "
+                   f"{self.world_size} x {self.config.num_envs}" if not same_layout
+                   else "the environment settings changed")
+            self.notes.append(f"warning: {why}: weights, optimizer and counters restored; environments and "
+                              f"per-rank RNG streams restarted")
         self.resumed_from = path
 
     # ------------------------------------------------------------------ the loop
@@ -211,10 +216,9 @@ class Trainer:
                       f"{' / '.join(map(str, shares))}")
         if self.resumed_from is not None:
             self.log.line(f"Resumed from {self.resumed_from} at episode {self.global_episodes}/{c.episodes} "
-                          f"(update {self.update}); {max(0, c.episodes - self.global_episodes)} episodes left"
-                          f"{self.resume_note}")
-            if self.resume_note:
-                warnings.warn(self.resume_note[2:], RuntimeWarning, stacklevel=1)
+                          f"(update {self.update}); {max(0, c.episodes - self.global_episodes)} episodes left")
+        for note in self.notes:
+            self.log.line(note)
         start = time.perf_counter()
         try:
             finished = self.global_episodes >= c.episodes
@@ -411,6 +415,7 @@ class Trainer:
             return
         state = {
             "format": CHECKPOINT_FORMAT,
+            "run_id": self.run_id,
             "model": {k: v.detach().cpu() for k, v in self.agent.state_dict().items()},
             "optimizer": self.optimizer.state_dict(),
             "config": self.config.to_dict(),
@@ -446,6 +451,11 @@ def _restore_snapshot(agent: torch.nn.Module, optimizer: torch.optim.Optimizer,
     optimizer.state.update(state)
 
 
+def new_run_id() -> str:
+    """A run's identity, kept across resumes: its start time and a random tag."""
+    return f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(4)}"
+
+
 def _python_rng_state(saved: Any) -> tuple:
     """``random.setstate`` wants tuples all the way down."""
     version, internal, gauss = saved
@@ -455,30 +465,40 @@ def _python_rng_state(saved: Any) -> tuple:
 # ------------------------------------------------------------------ worker entry
 
 
-def train_worker(config: TrainConfig, worker: Worker) -> int:
+def train_worker(config: TrainConfig, worker: Worker, given: frozenset[str] = frozenset()) -> int:
     """The body of every worker, whichever way it was launched. Returns an exit code.
 
-    Set-up problems on any rank are agreed on collectively (two fixed collectives,
-    whatever fails where), so a bad input on one rank stops every rank with exit 2
-    instead of leaving the others waiting in a collective.
+    ``given`` names the settings the command line gave: on ``--resume`` every other
+    setting comes from the checkpoint. Set-up problems on any rank are agreed on
+    collectively (two fixed collectives, whatever fails where), so a bad input on
+    one rank stops every rank with exit 2 instead of leaving the others waiting in
+    a collective.
     """
     comm = worker.comm
     stop = StopRequest()
     stop.install()
     lock: Optional[RunLock] = None
     found: Optional[tuple[str, dict[str, Any]]] = None
+    notes: list[str] = []
     failure = ""
-    if comm.rank == 0:  # step 1: rank 0 alone locks the run dir and reads the checkpoint
+    if comm.rank == 0:  # step 1: rank 0 alone locks the run dir, then resumes or claims it
         try:
             lock = _lock_run(config)
             found = _find_resume(config)
+            if found is None:
+                notes += _claim_run_dir(config)
         except (UsageError, CheckpointError) as err:
             failure = str(err)
-    failure, found = comm.gather_objects((failure, found))[0]
+    failure, found, notes = comm.gather_objects((failure, found, notes))[0]
     trainer: Optional[Trainer] = None
     if not failure:  # step 2: every rank builds its trainer
         try:
-            trainer = Trainer(config, worker, (Path(found[0]), found[1]) if found else None, stop)
+            if found is not None:
+                config, changes = resumed_config(config, given, found[1]["config"])
+                validate(config, comm.world_size)
+                notes.append(f"Settings changed on resume: {', '.join(changes)}" if changes
+                             else "Settings: as in the checkpoint")
+            trainer = Trainer(config, worker, (Path(found[0]), found[1]) if found else None, stop, tuple(notes))
         except (UsageError, CheckpointError) as err:
             failure = str(err)
         failure = next((f for f in comm.gather_objects(failure) if f), "")
@@ -504,6 +524,18 @@ def _lock_run(config: TrainConfig) -> Optional[RunLock]:
     lock = RunLock(config.checkpoint_dir)
     lock.acquire()
     return lock
+
+
+def _claim_run_dir(config: TrainConfig) -> list[str]:
+    """A fresh run's claim on --checkpoint-dir: refused if it holds a run, unless --overwrite,
+    which moves that run aside. Returns the start-up notes (what was moved where)."""
+    directory = CheckpointDir(config.checkpoint_dir)
+    if not config.overwrite:
+        directory.refuse_if_taken()
+        return []
+    held = directory.describe_run()
+    moved = directory.move_aside()
+    return [f"--overwrite: moved {held[0]} into {moved}/"] if held is not None and moved is not None else []
 
 
 def _find_resume(config: TrainConfig) -> Optional[tuple[str, dict[str, Any]]]:

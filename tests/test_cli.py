@@ -50,8 +50,9 @@ def test_trains_logs_and_checkpoints(tmp_path):
 
 
 def test_second_run_appends_to_the_log(tmp_path):
-    for _ in range(2):
-        assert run_cli(tmp_path, "--episodes", "2", "--log-interval", "2", *TINY).returncode == 0
+    for directory in ("run-a", "run-b"):  # two runs, each in its own checkpoint dir, one log
+        assert run_cli(tmp_path, "--episodes", "2", "--log-interval", "2", "--checkpoint-dir", directory,
+                       *TINY).returncode == 0
     log = (tmp_path / "training.log").read_text()
     assert log.count(" run started ") == 2 and log.count("Episode 2/2") == 2
 

@@ -184,9 +184,11 @@ def test_resume_with_other_world_size(cwd, before, after):
     assert first.returncode == 0, first.output
     second = run_cli(cwd, *TINY, *workers[after], "--episodes", "14", "--log-interval", "4", "--resume")
     assert second.returncode == 0, second.output
-    assert f"checkpoint was written by {before} worker(s)" in second.stderr  # the warning
-    assert f"this run has {after} x 2" in second.stderr
+    warning = (f"warning: the checkpoint was written by {before} worker(s) x 2 envs and this run has {after} x 2: "
+               f"weights, optimizer and counters restored; environments and per-rank RNG streams restarted")
+    assert second.output.count(warning) == 1 and "RuntimeWarning" not in second.output  # once, on the console
     log = (cwd / "training.log").read_text()
+    assert warning in log
     assert "Resumed from checkpoints/checkpoint_u" in log and "at episode 8/14" in log
     assert episode_lines(cwd / "training.log")[-1].startswith("Episode 14/14 ")
     assert "Training finished: 14 episodes" in second.stdout
