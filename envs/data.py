@@ -14,9 +14,21 @@ Reading
 Column names
     Matched case-insensitively after dropping spaces, ``_``, ``-`` and ``.``:
     open ``Open``/``o``, high ``High``/``h``, low ``Low``/``l``, close
-    ``Close``/``c``; ``Adj Close``/``adj_close``/``Adj. Close`` is used for close
-    only when there is no Close column; volume ``Volume``/``vol``/``v`` is
-    optional (zeros when absent, NaN volume counts as 0).
+    ``Close``/``c``; adjusted close ``Adj Close``/``adj_close``/``Adj. Close``/
+    ``Adjusted Close`` is optional (see below); volume ``Volume``/``vol``/``v``
+    is optional (zeros when absent, NaN volume counts as 0).
+
+Adjusted prices
+    With both Close and Adj Close, every row is put on the adjusted basis as
+    yfinance's ``auto_adjust`` does: Open, High and Low are multiplied by that
+    row's ``Adj Close / Close`` and the close is ``Adj Close``, so fills (at
+    opens) and marks (at closes) use the same prices and a split or dividend
+    adds no profit or loss. Volume is left as it is in the file (as yfinance
+    does). A row whose Adj Close equals its Close comes out bit-identical to the
+    file without the column. An Adj Close without a raw Close is refused: the
+    opens cannot be adjusted, and mixing raw opens with adjusted closes invents
+    a profit or loss at every split and dividend (rename it to Close when the
+    file's Open/High/Low are already adjusted).
 
 Time column (first match wins)
     ``Datetime``, ``Timestamp``, ``Date``, ``Time``, ``Gmt time`` and a few
@@ -55,8 +67,10 @@ Row numbers in messages
 
 Checks
     missing columns, empty file or no data rows, unparseable or missing
-    timestamps, non-numeric/NaN/inf/zero/negative prices, High < Low, High/Low
-    not bracketing Open/Close (relative tolerance 1e-9), non-numeric/inf/negative
+    timestamps, non-numeric/NaN/inf/zero/negative prices (Adj Close included),
+    an Adj Close / Close ratio that scales a price out of float range, then on
+    the adjusted prices: High < Low, High/Low not bracketing Open/Close
+    (relative tolerance 1e-9; messages quote the file's values), non-numeric/inf/negative
     volume, duplicate timestamps (both rows named) and fewer than ``min_rows``
     rows (at least 2). Checks are vectorised; only the first offending row is
     formatted into the message, with a count of the others.
@@ -131,7 +145,7 @@ _PRICE_ALIASES: dict[str, tuple[str, ...]] = {
     "low": ("low", "l", "lowprice"),
     "close": ("close", "c", "closeprice"),
 }
-_ADJ_CLOSE = ("adjclose", "adjustedclose", "adjclosing")
+_ADJ_CLOSE = ("adjclose", "adjustedclose", "adjclosing")  # Adj Close; scales Open/High/Low when Close is there too
 _VOLUME = ("volume", "vol", "v")
 _TIME_NAMES = (
     "datetime", "timestamp", "date", "time", "gmttime", "utctime", "localtime", "datetimeutc",
@@ -462,10 +476,10 @@ def _first_bad(ctx: _Ctx, checks: list[tuple[str, np.ndarray, Callable[[int], st
         raise ctx.fail(describe(i).replace("{more}", _more(mask)))
 
 
-def _check_prices(ctx: _Ctx, cols: dict[str, str], px: dict[str, np.ndarray], adjusted: bool) -> None:
+def _check_positive(ctx: _Ctx, named: list[tuple[str, np.ndarray]]) -> None:
+    """Every price finite and > 0; the earliest bad row over all ``(column, values)`` is reported."""
     checks: list[tuple[str, np.ndarray, Callable[[int], str]]] = []
-    for key in ("open", "high", "low", "close"):
-        col, v = cols[key], px[key]
+    for col, v in named:
 
         def msg(i: int, col: str = col, v: np.ndarray = v) -> str:
             x = v[i]
@@ -479,21 +493,53 @@ def _check_prices(ctx: _Ctx, cols: dict[str, str], px: dict[str, np.ndarray], ad
         checks.append((col, ~(np.isfinite(v) & (v > 0)), msg))
     _first_bad(ctx, checks)
 
+
+def _adjust(px: dict[str, np.ndarray], adj_close: np.ndarray) -> dict[str, np.ndarray]:
+    """Prices on the adjusted basis: Open/High/Low times ``Adj Close / Close`` per row, close = Adj Close.
+
+    Where Adj Close equals Close the ratio is exactly 1.0, so those rows keep their exact values.
+    """
+    with np.errstate(over="ignore", under="ignore"):  # out-of-range results are reported by _check_scaled
+        ratio = adj_close / px["close"]
+        return {"open": px["open"] * ratio, "high": px["high"] * ratio, "low": px["low"] * ratio,
+                "close": adj_close}
+
+
+def _check_scaled(ctx: _Ctx, adj_col: str, close_col: str, raw: dict[str, np.ndarray],
+                  px: dict[str, np.ndarray]) -> None:
+    """Adjusted Open/High/Low still finite and > 0 (a wild Adj Close / Close ratio can overflow or underflow)."""
+    bad = np.zeros(len(px["close"]), dtype=bool)
+    for key in ("open", "high", "low"):
+        bad |= ~(np.isfinite(px[key]) & (px[key] > 0))
+
+    def msg(i: int) -> str:
+        return (f"'{adj_col}' {px['close'][i]:g} / '{close_col}' {raw['close'][i]:g} at "
+                f"{ctx.row(i)}{{more}} scales Open/High/Low out of range; check both columns in that row")
+
+    _first_bad(ctx, [(adj_col, bad, msg)])
+
+
+def _check_ohlc(ctx: _Ctx, cols: dict[str, str], px: dict[str, np.ndarray], shown: dict[str, np.ndarray]) -> None:
+    """High >= Low and High/Low bracketing Open/Close, checked on ``px``; messages quote ``shown`` (the file's values).
+
+    ``px`` is ``shown`` scaled by a positive factor per row (or ``shown`` itself), so a row
+    fails on one exactly when it fails on the other, up to rounding the tolerance absorbs.
+    """
     o, h, lo, c = px["open"], px["high"], px["low"], px["close"]
+    so, sh, slo, sc = shown["open"], shown["high"], shown["low"], shown["close"]
     tol = 1e-9 * h
-    hint = " (Close is an adjusted close; use a file with the raw Close)" if adjusted else ""
 
     def hl(i: int) -> str:
-        return (f"High {h[i]:g} is below Low {lo[i]:g} in columns '{cols['high']}'/'{cols['low']}' at "
+        return (f"High {sh[i]:g} is below Low {slo[i]:g} in columns '{cols['high']}'/'{cols['low']}' at "
                 f"{ctx.row(i)}{{more}}; fix or delete that row")
 
     def br_high(i: int) -> str:
-        return (f"High {h[i]:g} is below Open {o[i]:g} or Close {c[i]:g} in column '{cols['high']}' at "
-                f"{ctx.row(i)}{{more}}; High must be >= Open and Close{hint}, fix or delete that row")
+        return (f"High {sh[i]:g} is below Open {so[i]:g} or Close {sc[i]:g} in column '{cols['high']}' at "
+                f"{ctx.row(i)}{{more}}; High must be >= Open and Close, fix or delete that row")
 
     def br_low(i: int) -> str:
-        return (f"Low {lo[i]:g} is above Open {o[i]:g} or Close {c[i]:g} in column '{cols['low']}' at "
-                f"{ctx.row(i)}{{more}}; Low must be <= Open and Close{hint}, fix or delete that row")
+        return (f"Low {slo[i]:g} is above Open {so[i]:g} or Close {sc[i]:g} in column '{cols['low']}' at "
+                f"{ctx.row(i)}{{more}}; Low must be <= Open and Close, fix or delete that row")
 
     _first_bad(ctx, [
         (cols["high"], h < lo, hl),
@@ -528,12 +574,14 @@ def load_ohlcv(path: str | os.PathLike, date_format: str | None = None, min_rows
         found = _find(ctx, columns, aliases, key)
         if found is not None:
             cols[key] = found
-    adjusted = False
-    if "close" not in cols:
-        adj = _find(ctx, columns, _ADJ_CLOSE, "adjusted close")
-        if adj is not None:
-            cols["close"], adjusted = adj, True
+    adj_col = _find(ctx, columns, _ADJ_CLOSE, "adjusted close")
     missing = [k.capitalize() for k in _PRICE_ALIASES if k not in cols]
+    if missing == ["Close"] and adj_col is not None:
+        raise ctx.fail(
+            f"has an adjusted close '{adj_col}' but no raw Close column, so Open/High/Low cannot be adjusted "
+            f"(they are scaled by {adj_col} / Close per row); add the raw Close column (yfinance: "
+            f"auto_adjust=False keeps both), or rename '{adj_col}' to Close if Open/High/Low are already adjusted"
+        )
     if missing:
         raise ctx.fail(
             f"missing price column(s) {', '.join(missing)}; columns found: {', '.join(map(repr, columns))}; "
@@ -553,8 +601,16 @@ def load_ohlcv(path: str | os.PathLike, date_format: str | None = None, min_rows
         )
 
     stamps = _parse_time(ctx, time_name, time_raw, date_format)
-    px = {key: _numeric(ctx, cols[key], frame[cols[key]]) for key in _PRICE_ALIASES}
-    _check_prices(ctx, cols, px, adjusted)
+    raw = {key: _numeric(ctx, cols[key], frame[cols[key]]) for key in _PRICE_ALIASES}
+    named = [(cols[key], raw[key]) for key in _PRICE_ALIASES]
+    adj_close = None if adj_col is None else _numeric(ctx, adj_col, frame[adj_col])
+    if adj_close is not None:
+        named.append((adj_col, adj_close))
+    _check_positive(ctx, named)
+    px = raw if adj_close is None else _adjust(raw, adj_close)
+    if adj_close is not None:
+        _check_scaled(ctx, adj_col, cols["close"], raw, px)
+    _check_ohlc(ctx, cols, px, raw)
 
     if vol_col is not None:
         volume = _numeric(ctx, vol_col, frame[vol_col])

@@ -84,16 +84,7 @@ def test_column_name_variants(tmp_path, header):
     np.testing.assert_array_equal(data.timestamps, days("2017-01-02", "2017-01-03", "2017-01-04"))
 
 
-@pytest.mark.parametrize("adj", ["Adj Close", "adj_close", "Adj. Close", "ADJCLOSE"])
-def test_adj_close_only_is_used_as_close(tmp_path, adj):
-    data = load_ohlcv(csv(tmp_path, header=f"Date,Open,High,Low,{adj},Volume\n"))
-    np.testing.assert_array_equal(data.close, [10.5, 11.5, 12])
-
-
-def test_close_preferred_over_adj_close(tmp_path):
-    rows = ["2017-01-02,10,11,9,10.5,5.0,100", "2017-01-03,10.5,12,10,11.5,6.0,200"]
-    data = load_ohlcv(csv(tmp_path, rows, header="Date,Open,High,Low,Close,Adj Close,Volume\n"))
-    np.testing.assert_array_equal(data.close, [10.5, 11.5])
+# Adj Close (scaling Open/High/Low, refusing an Adj Close without Close): tests/test_adjusted_prices.py
 
 
 def test_no_volume_column_gives_zeros(tmp_path):
@@ -401,12 +392,6 @@ def test_low_not_bracketing_open(tmp_path):
     rows[2] = "2017-01-04,10.9,12.5,11,12,300"
     msg = error(csv(tmp_path, rows))
     assert "Low 11 is above Open 10.9" in msg and "column 'Low'" in msg and "row 3 (line 4)" in msg
-
-
-def test_adjusted_close_outside_range_gets_hint(tmp_path):
-    rows = ["2017-01-02,10,11,9,5,1", "2017-01-03,10,11,9,5,1"]
-    msg = error(csv(tmp_path, rows, header="Date,Open,High,Low,Adj Close,Volume\n"))
-    assert "adjusted close" in msg
 
 
 def test_negative_volume(tmp_path):
