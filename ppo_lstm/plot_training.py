@@ -100,6 +100,9 @@ def draw_series(ax: Any, x: pd.Series, y: pd.Series) -> None:
     """Plot ``y`` ``[n]`` against ``x`` ``[n]``, skipping empty cells; long series get a rolling mean."""
     keep = y.notna()
     x, y = x[keep], y[keep]
+    if y.empty:
+        note(ax, "no finished episodes yet")
+        return
     window = smoothing_window(len(y))
     if window == 1:
         ax.plot(x, y, color="C0", linewidth=1.2, marker="." if len(y) < 50 else None)
@@ -110,14 +113,18 @@ def draw_series(ax: Any, x: pd.Series, y: pd.Series) -> None:
     ax.legend(fontsize=7, loc="best")
 
 
+def note(ax: Any, text: str) -> None:
+    """A grey note in the middle of an empty panel (no y ticks)."""
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="gray")
+    ax.set_yticks([])
+    ax.set_ylabel("")
+
+
 def draw_holdout(ax: Any, frame: pd.DataFrame) -> None:
     """Hold-out return against episodes, buy-and-hold dashed; a note when there is none."""
     rows = frame[HOLDOUT].notna() if HOLDOUT in frame.columns else pd.Series(False, index=frame.index)
     if not rows.any():
-        ax.text(0.5, 0.5, "no hold-out evaluations", transform=ax.transAxes, ha="center", va="center",
-                color="gray")
-        ax.set_yticks([])
-        ax.set_ylabel("")
+        note(ax, "no hold-out evaluations")
         return
     ax.plot(frame.loc[rows, X_COLUMN], frame.loc[rows, HOLDOUT], color="C0", marker="o", markersize=3,
             linewidth=1.4, label="agent")
@@ -131,7 +138,7 @@ def draw_holdout(ax: Any, frame: pd.DataFrame) -> None:
 
 def plot(frame: pd.DataFrame, title: str, out: Path, plt: Any) -> None:
     """Write the grid of panels for ``frame`` (one row per update) to the PNG ``out``."""
-    fig, axes = plt.subplots(4, 2, figsize=FIGSIZE, sharex=True)
+    fig, axes = plt.subplots(4, 2, figsize=FIGSIZE, dpi=DPI, sharex=True)
     flat = axes.ravel()
     for ax, (column, name, unit, scale) in zip(flat, PANELS):
         ax.set_title(name, fontsize=10)
@@ -158,10 +165,9 @@ def plot(frame: pd.DataFrame, title: str, out: Path, plt: Any) -> None:
 
 
 def save_png(fig: Any, out: Path) -> None:
-    """Render ``fig`` at :data:`DPI` and write it to ``out`` as a 256-colour palette PNG."""
+    """Render ``fig`` and write it to ``out`` as a 256-colour palette PNG."""
     from PIL import Image  # a dependency of matplotlib
 
-    fig.set_dpi(DPI)
     fig.canvas.draw()
     image = Image.fromarray(np.asarray(fig.canvas.buffer_rgba())).convert("RGB").quantize(PNG_COLORS)
     try:
@@ -180,6 +186,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     out = args.out if args.out is not None else args.checkpoint_dir / "training_curves.png"
     try:
         frame = read_metrics(args.checkpoint_dir)
+        if not out.parent.is_dir():
+            raise UsageError(f"cannot write {out}: no directory {out.parent}")
         plt = import_pyplot()
         plot(frame, figure_title(args.checkpoint_dir, frame), out, plt)
     except UsageError as err:
