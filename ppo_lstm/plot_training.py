@@ -64,7 +64,8 @@ def read_metrics(checkpoint_dir: Path) -> pd.DataFrame:
         raise UsageError(f"checkpoint dir {checkpoint_dir} does not exist (or is not a directory)")
     path = checkpoint_dir / "metrics.csv"
     if not path.is_file():
-        raise UsageError(f"no metrics.csv in {checkpoint_dir}: not a training checkpoint dir, or no update finished yet")
+        raise UsageError(f"no metrics.csv in {checkpoint_dir}: not a training checkpoint dir, "
+                         "or no update finished yet")
     try:
         frame = pd.read_csv(path)
     except pd.errors.EmptyDataError:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
-from conftest import ROOT, env_for_child
+from conftest import env_for_child
 
 from ppo_lstm.logger import METRIC_COLUMNS
 from ppo_lstm.plot_training import REQUIRED, smoothing_window
