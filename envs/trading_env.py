@@ -32,6 +32,7 @@ import gymnasium as gym
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from envs.accumulate import accumulate_time
 from envs.config import EnvConfig
 from envs.simulated import JUMP, REGIME, log_first_open, process_groups, process_index, process_log_returns
 
@@ -48,7 +49,6 @@ _STATE_ARRAYS = (
     "entry", "entry_fee", "cost", "held", "mark", "ep_reward", "closed", "wins",
 )
 _INT_STATE = frozenset({"t", "pos", "head", "held", "closed", "wins"})  # float64 inside, int64 in the state
-_ACCUMULATE_ENVS = 64  # from this many envs, accumulate along time with a loop over time
 _POOL_EPISODES = 8  # episodes of variates per pool refill
 _START_EPISODES = 64  # historical: episode starts per pool refill
 _BM_BLOCK = 16384  # variates per Box-Muller block (cache sized)
@@ -96,24 +96,6 @@ def _rowsum(a: np.ndarray) -> np.ndarray:
     for k in range(1, a.shape[1]):
         out += a[:, k]
     return out
-
-
-def _accumulate_time(ufunc: np.ufunc, x: np.ndarray, src: np.ndarray | None = None) -> None:
-    """``x[t] = ufunc(x[t-1], src[t])`` for t >= 1 (src defaults to x: an in-place accumulate).
-
-    For time-major [T, m] arrays, bit for bit ``ufunc.accumulate`` along axis 0 (with
-    ``x[0]`` as given); across many envs one ufunc call per time step beats NumPy's
-    accumulate (a serial chain per env).
-    """
-    if src is not None and src is not x and x.shape[1] < _ACCUMULATE_ENVS:
-        x[1:] = src[1:]
-        src = None
-    if src is None and x.shape[1] < _ACCUMULATE_ENVS:
-        ufunc.accumulate(x, axis=0, out=x)
-        return
-    src = x if src is None else src
-    for t in range(1, len(x)):
-        ufunc(x[t - 1], src[t], out=x[t])
 
 
 class _Pool:
@@ -377,7 +359,7 @@ class TradingCore:
         ret[...] = r.T
         close = self._close_t if every else self._work(1, m)
         np.add(ret[0], log_first_open, out=close[0])
-        _accumulate_time(np.add, close, ret)  # log closes
+        accumulate_time(np.add, close, ret)  # log closes
         np.exp(close, out=close)
         if not every:
             self._close_t[:, rows] = close
@@ -445,7 +427,7 @@ class TradingCore:
         csum = self._work(2, m)  # csum[k] = sum of the first k squares
         csum[0] = 0.0
         np.multiply(r, r, out=csum[1:])
-        _accumulate_time(np.add, csum[1:])
+        accumulate_time(np.add, csum[1:])
         ms = self._work(0 if np.may_share_memory(r, self._scratch[1]) else 1, m, self.bars - 1)
         np.subtract(csum[W:], csum[:-W], out=ms[W - 1 :])  # sum of the W squares ending at each bar
         ms[: W - 1] = ms[W - 1]  # the first W bars share the first full window
