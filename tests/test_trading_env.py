@@ -12,6 +12,7 @@ from gymnasium.utils.env_checker import check_env
 import envs
 from envs import EnvConfig, TradingEnv
 from envs.data import MarketData
+from envs.ledger import Ledger
 
 
 def market_data(open_, close) -> MarketData:
@@ -247,10 +248,10 @@ def test_gymnasium_make() -> None:
 
 
 def test_one_lot_step_matches_general_fifo_step() -> None:
-    # K=1 has its own lean step; it must agree with the general FIFO accounting
+    # K=1 has its own lean branch in the ledger; it must agree with the general FIFO accounting
     cfg = EnvConfig(market="mixed", episode_length=40, fee_bps=5.0, slippage_bps=3.0)
     fast, general = TradingEnv(cfg), TradingEnv(cfg)
-    general.core._trade_one_lot = general.core._trade_lots  # force the any-K path
+    general.core.ledger = Ledger(1, cfg, one_lot=False)  # force the any-K path
     rng = np.random.default_rng(5)
     for episode in range(4):
         a, _ = fast.reset(seed=episode)
