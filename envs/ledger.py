@@ -120,36 +120,33 @@ class Ledger:
         self.ep_reward += reward
         return reward
 
-    def _fill(self, trade: np.ndarray, o: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Fill price [N] (the open with adverse slippage) and the fee of one lot; pays for the trade."""
-        fill = np.sign(trade)
-        fill *= self.slip
-        fill += 1.0  # 1 + slip buying, 1 - slip selling (1 with no trade: unused)
-        fill *= o
-        lot_fee = np.multiply(fill, self.units)
-        cash = self._tmp[0]
-        np.multiply(trade, lot_fee, out=cash)  # signed notional traded
-        lot_fee *= self.fee
-        np.abs(trade, out=self._tmp[1])
-        self._tmp[1] *= lot_fee
-        cash += self._tmp[1]
-        self.cash -= cash
-        return fill, lot_fee
+    def _pay(self, trade: np.ndarray, o: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Fill ``trade`` [N] lots at opens ``o`` [N]: cash pays the notional and the fees.
 
-    def _trade_one_lot(self, target: np.ndarray, o: np.ndarray) -> None:
-        """K = 1: each env closes and/or opens at most one lot; only ``entry`` is kept."""
-        pos, units, tmp = self.pos, self.units, self._tmp
-        trade = target - pos
+        The fill is the open with adverse slippage; every lot traded pays ``fee`` on its
+        value at the fill. Returns the fill price [N] and one lot's value at it [N]
+        (``_tmp[0]``: valid until the next step).
+        """
         fill = np.sign(trade)
         fill *= self.slip
         fill += 1.0  # 1 + slip buying, 1 - slip selling (1 with no trade: unused)
         fill *= o
-        value = np.multiply(fill, units, out=tmp[0])  # of one lot at the fill
-        pay = np.abs(trade, out=tmp[1])
+        value = np.multiply(fill, self.units, out=self._tmp[0])
+        pay = np.abs(trade, out=self._tmp[1])
         pay *= self.fee
         pay += trade
         pay *= value  # trade * value + |trade| * fee * value
         self.cash -= pay
+        return fill, value
+
+    def _trade_one_lot(self, target: np.ndarray, o: np.ndarray) -> None:
+        """K = 1: each env closes and/or opens at most one lot; only ``entry`` is kept.
+
+        Bit for bit ``_trade_lots`` with K = 1, by arithmetic selects instead of masks.
+        """
+        pos, units, tmp = self.pos, self.units, self._tmp
+        trade = target - pos
+        fill, value = self._pay(trade, o)
         traded = np.not_equal(trade, 0.0, out=self._traded)
         flags = self._flags  # [2, N] bool: closing a lot, closing it at a profit
         closing = np.not_equal(pos, 0.0, out=flags[0])
@@ -172,20 +169,20 @@ class Ledger:
         held += target != 0.0  # +1 holding on, 1 on a new position, 0 when flat
 
     def _trade_lots(self, target: np.ndarray, o: np.ndarray) -> None:
-        """Any K: lots close FIFO from a ring buffer of K slots."""
-        K = self.K
-        pos = self.pos
+        """Any K: lots close FIFO from a ring buffer of K slots, then new lots open."""
+        K, pos, units = self.K, self.pos, self.units
         trade = target - pos  # signed lots bought (+) or sold (-), all at one fill
         same = target * pos > 0
         keep = np.where(same, np.minimum(np.abs(pos), np.abs(target)), 0.0)  # lots carried over
-        fill, lot_fee = self._fill(trade, o)
+        fill, value = self._pay(trade, o)
         n_close = np.abs(pos) - keep
         if n_close.any():
-            closing = (self._slot - self.head[:, None]) % K < n_close[:, None]
-            side = np.sign(pos)[:, None]
-            pnl = side * (fill[:, None] - self.entry) * self.units[:, None] - self.entry_fee - lot_fee[:, None]
+            closing = (self._slot - self.head[:, None]) % K < n_close[:, None]  # the oldest n_close lots
+            was = self.entry * units[:, None]  # each lot's value at its fill
+            gain = (value[:, None] - was) * np.sign(pos)[:, None]
+            fees = (value[:, None] + was) * self.fee  # entry fee + exit fee
             self.closed += n_close
-            self.wins += np.count_nonzero(closing & (pnl > 0.0), axis=1)
+            self.wins += np.count_nonzero(closing & (gain > fees), axis=1)
             self.cost = np.where(keep == 0, 0.0, self.cost - _rowsum(np.where(closing, self.entry, 0.0)))
             self.head = (self.head + n_close.astype(np.int64)) % K
         n_open = np.abs(target) - keep
@@ -193,7 +190,7 @@ class Ledger:
             off = (self._slot - self.head[:, None]) % K
             opening = (off >= keep[:, None]) & (off < (keep + n_open)[:, None])  # [N, K]
             self.entry = np.where(opening, fill[:, None], self.entry)
-            self.entry_fee = np.where(opening, lot_fee[:, None], self.entry_fee)
+            self.entry_fee = np.where(opening, (value * self.fee)[:, None], self.entry_fee)
             self.cost += n_open * fill
         self.held = np.where(same, self.held + 1.0, target != 0)
 
