@@ -34,8 +34,9 @@ class Ledger:
     """Accounts of N envs with up to K lots each; ``step`` trades, marks and returns the reward.
 
     ``one_lot`` (default: K == 1) takes the K = 1 branch, which keeps only ``entry``
-    per step (``cost`` and ``entry_fee`` follow from it, see ``sync``); it gives the
-    general FIFO path's results bit for bit.
+    per step (``cost`` and ``entry_fee`` follow from it, see ``sync``). It gives the
+    general FIFO path's rewards, cash, equity, counts and open lots bit for bit
+    (``tests/test_ledger.py``); only the unused lot slots of flat accounts differ.
     """
 
     def __init__(self, num_envs: int, config: EnvConfig, one_lot: bool | None = None) -> None:
@@ -62,28 +63,11 @@ class Ledger:
         self.held = np.zeros(n)  # steps in the current position
         self.mark = np.ones(n)  # close of the current bar
         self.ep_reward = np.zeros(n)
-        self._counts = np.zeros((2, n))  # rows: closed trades, winning trades
+        self._counts = np.zeros((2, n))  # closed += closing and wins += win in one add
+        self.closed, self.wins = self._counts  # closed and winning trades this episode (views)
         self._flags = np.zeros((2, n), bool)
         self._traded = np.zeros(n, bool)
         self._tmp = [np.empty(n) for _ in range(4)]
-
-    @property
-    def closed(self) -> np.ndarray:
-        """Closed trades [N] this episode (float64, a view)."""
-        return self._counts[0]
-
-    @closed.setter
-    def closed(self, value: np.ndarray) -> None:
-        self._counts[0] = value
-
-    @property
-    def wins(self) -> np.ndarray:
-        """Winning closed trades [N] this episode (float64, a view)."""
-        return self._counts[1]
-
-    @wins.setter
-    def wins(self, value: np.ndarray) -> None:
-        self._counts[1] = value
 
     def open(self, sel: np.ndarray | slice, ref: np.ndarray) -> None:
         """Fresh flat accounts for envs ``sel``; ``ref`` [m]: their close at the first decision.
@@ -142,7 +126,7 @@ class Ledger:
     def _trade_one_lot(self, target: np.ndarray, o: np.ndarray) -> None:
         """K = 1: each env closes and/or opens at most one lot; only ``entry`` is kept.
 
-        Bit for bit ``_trade_lots`` with K = 1, by arithmetic selects instead of masks.
+        ``_trade_lots`` with K = 1, in the same arithmetic, by selects instead of masks.
         """
         pos, units, tmp = self.pos, self.units, self._tmp
         trade = target - pos
@@ -240,7 +224,6 @@ class Ledger:
                 for name, value in self.arrays().items()}
 
     def set_state(self, arrays: dict[str, np.ndarray]) -> None:
-        """Restore ``get_state()`` arrays (shapes checked by the caller)."""
+        """Restore ``get_state()`` arrays (shapes checked by the caller), in place."""
         for name in STATE_ARRAYS:
-            current = getattr(self, name)
-            setattr(self, name, np.asarray(arrays[name]).astype(current.dtype, copy=True))
+            getattr(self, name)[...] = arrays[name]
