@@ -44,10 +44,6 @@ class TradingCore:
         self._t0 = 0  # the common t of all envs, -1 while they are out of step
 
     @property
-    def historical(self) -> bool:
-        return self.market.historical
-
-    @property
     def start(self) -> np.ndarray:
         """Historical: each env's episode start [N] in the data."""
         return self.market.start

@@ -21,8 +21,6 @@ Rows = np.ndarray | slice  # env indices, or slice(None) for all envs in order
 class Market(ABC):
     """Prices of N envs' episodes. ``rngs[i]`` is env i's generator; env i draws from it alone."""
 
-    historical: bool
-
     def __init__(self, num_envs: int, config: EnvConfig, z: np.ndarray) -> None:
         self.n, self.W = num_envs, config.window
         self.bars = config.window + config.episode_length + 1

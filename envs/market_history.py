@@ -27,8 +27,6 @@ _START_EPISODES = 64  # episode starts per pool refill
 class HistoricalMarket(Market):
     """N envs on windows of one file's bars; ``start`` [N]: each env's first bar in the file."""
 
-    historical = True
-
     def __init__(self, num_envs: int, config: EnvConfig, z: np.ndarray, data: MarketData) -> None:
         super().__init__(num_envs, config, z)
         self.data_open = np.ascontiguousarray(data.open, dtype=np.float64)

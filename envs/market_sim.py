@@ -25,8 +25,6 @@ _POOL_EPISODES = 8  # episodes of variates per pool refill
 class SimulatedMarket(Market):
     """N envs on simulated paths of ``config.market``; prices ``[W+L+1, N]`` time-major."""
 
-    historical = False
-
     def __init__(self, num_envs: int, config: EnvConfig, z: np.ndarray) -> None:
         super().__init__(num_envs, config, z)
         n, B = num_envs, self.bars
