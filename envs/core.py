@@ -113,13 +113,10 @@ class TradingCore:
         state: dict[str, Any] = {"open": self.market.open.copy(), "close": self.market.close.copy(),
                                  "t": self.t.copy()}
         state.update(self.ledger.get_state())
-        market = self.market.get_state()
-        pools = market.pop("pools")
-        state.update(market)
+        state.update(self.market.get_state())
         state["num_envs"] = self.n
         state["config"] = asdict(self.config)
         state["rngs"] = [None if g is None else g.bit_generator.state for g in self.rngs]
-        state["pools"] = pools
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:

@@ -42,7 +42,8 @@ class Market(ABC):
     def next_bar(self, t0: int, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Open and close [N] of the bar each env's next decision fills at: bar ``W + t + 1``.
 
-        ``t0`` is the common ``t`` [N] of all envs, or -1 when they are out of step.
+        ``t`` [N]: decisions taken; ``t0``: their common value, or -1 when envs are out
+        of step (then the bars are gathered per env).
         """
 
     @property

@@ -106,8 +106,8 @@ class Observer:
     def observe(self, ledger: Ledger, t: np.ndarray, t0: int, rows: np.ndarray | None = None) -> np.ndarray:
         """Observations [m, W+3] float32 of envs ``rows`` (all if None) after ``t`` [N] decisions.
 
-        ``t0`` is the common ``t`` of all envs (-1 when they are out of step): a slice then
-        replaces the gather of the windows.
+        While all envs are in step (``t0``: their common ``t``; -1 otherwise) the windows
+        are one slice of ``z``, not a gather.
         """
         W = self.W
         if rows is None:
