@@ -6,7 +6,8 @@ the command-line flags are generated from these fields, their defaults and the
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 MARKETS: tuple[str, ...] = ("gbm", "ou", "regime", "jump", "garch", "mixed")
 
@@ -56,3 +57,10 @@ class EnvConfig:
             raise ValueError(f"--initial-cash must be > 0, got {self.initial_cash}")
         if not self.reward_scale > 0:
             raise ValueError(f"--reward-scale must be > 0, got {self.reward_scale}")
+
+
+def make_config(config: EnvConfig | None, overrides: dict[str, Any]) -> EnvConfig:
+    """``config`` (default EnvConfig()) with ``overrides`` applied, validated."""
+    config = replace(config if config is not None else EnvConfig(), **overrides)
+    config.validate()
+    return config

@@ -6,7 +6,7 @@ of n paths equals n separate one-path calls bit for bit. The per-path draws are
 the only Python loop over paths; everything else is vectorised across paths
 (elementwise ops; cumulative sums/products along time, which also solve the
 OU and GARCH recursions in closed form). ``paths_from_noise`` is that vectorised
-part alone: ``envs.trading_env`` feeds it variates it drew ahead of time.
+part alone: ``envs.market_sim`` feeds it variates it drew ahead of time.
 
 Processes (per bar, on log close; volatility ``sigma`` ~0.5-2 %):
 
@@ -32,6 +32,8 @@ from typing import Sequence
 
 import numpy as np
 
+from envs.accumulate import accumulate
+
 PROCESSES: tuple[str, ...] = ("gbm", "ou", "regime", "jump", "garch")
 GBM, OU, REGIME, JUMP, GARCH = range(5)
 FIELDS: tuple[str, ...] = ("open", "high", "low", "close", "volume")
@@ -45,7 +47,6 @@ DEFAULTS: dict[str, dict[str, float]] = {
     "garch": {"sigma": 0.01, "alpha": 0.10, "beta": 0.85},
 }
 
-_ACCUMULATE_ROWS = 512  # from this many rows, accumulate along time with a loop over time
 _BLOCK = 256  # bars per closed-form block of the OU/GARCH recursions
 _N_UNIFORMS = 8  # 0 start price, 1 volume, 2 sigma, 3-5 process params, 6 process, 7 regime start
 _LOG_PRICE = (math.log(0.5), math.log(2000.0))
@@ -78,25 +79,6 @@ def _params(process: int, u: np.ndarray, randomise: bool) -> dict[str, np.ndarra
     if process == REGIME:
         p["start"] = np.where(u[7] < 0.5, 1.0, -1.0)
     return p
-
-
-def accumulate(ufunc: np.ufunc, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """``ufunc.accumulate(x, axis=1)`` for x [m, T], bit for bit.
-
-    Both ways compute ``out[:, t] = ufunc(out[:, t-1], x[:, t])`` in sequence; for many
-    rows a Python loop over time, each step one ufunc call across all rows, beats
-    NumPy's row-by-row accumulate (a serial dependency per element).
-    """
-    m, length = x.shape
-    if m < _ACCUMULATE_ROWS or length < 2:
-        return ufunc.accumulate(x, axis=1, out=out)
-    xt = np.ascontiguousarray(x.T)  # [T, m]
-    for t in range(1, length):
-        ufunc(xt[t - 1], xt[t], out=xt[t])
-    if out is None:
-        return xt.T
-    out[...] = xt.T
-    return out
 
 
 def _log_returns(

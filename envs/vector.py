@@ -1,6 +1,6 @@
 """``VectorTradingEnv``: N trading envs stepped in one batched NumPy call.
 
-A view of ``envs.trading_env.TradingCore`` (the same accounting as ``TradingEnv``):
+A view of ``envs.core.TradingCore`` (the same accounting as ``TradingEnv``):
 env i behaves bit for bit like a ``TradingEnv`` reset with ``seed + i`` and then
 reset without a seed after each episode (SAME_STEP autoreset).
 """
@@ -13,8 +13,9 @@ import numpy as np
 from gymnasium.utils import seeding
 from gymnasium.vector.utils import batch_space
 
-from envs.config import EnvConfig
-from envs.trading_env import TradingCore, make_config, observation_space
+from envs.config import EnvConfig, make_config
+from envs.core import TradingCore
+from envs.observation import observation_space
 
 if TYPE_CHECKING:
     from envs.data import MarketData

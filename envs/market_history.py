@@ -1,0 +1,130 @@
+"""Historical market source: an episode is a random start offset into a data file.
+
+Nothing is copied per episode: the file's normalised returns are computed once
+(``envs.observation.normalised_returns``); a reset copies each env's slice of them
+into ``z`` (one raw item per env) and a step gathers the N fills and marks from the
+shared price arrays. Start offsets come from per-env pools of uniforms.
+"""
+from __future__ import annotations
+
+import zlib
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from envs.config import EnvConfig
+from envs.market import Market, Rows
+from envs.observation import normalised_returns
+from envs.variates import VariatePool
+
+if TYPE_CHECKING:
+    from envs.data import MarketData
+
+_START_EPISODES = 64  # episode starts per pool refill
+
+
+class HistoricalMarket(Market):
+    """N envs on windows of one file's bars; ``start`` [N]: each env's first bar in the file."""
+
+    def __init__(self, num_envs: int, config: EnvConfig, z: np.ndarray, data: MarketData) -> None:
+        super().__init__(num_envs, config, z)
+        self.data_open = np.ascontiguousarray(data.open, dtype=np.float64)
+        self.data_close = np.ascontiguousarray(data.close, dtype=np.float64)
+        have = len(self.data_close)
+        if have < self.bars:
+            raise ValueError(
+                f"data has {have} bars but one episode needs window + episode_length + 1 = {self.bars}; "
+                f"use a longer file or lower --window/--episode-length"
+            )
+        if not (np.all(self.data_open > 0) and np.all(self.data_close > 0)):
+            raise ValueError("data open/close prices must all be > 0 (and not NaN)")
+        self._top = have - self.bars + 1  # start offsets 0.._top-1
+        self._fingerprint = {"bars": have, "close_crc32": zlib.crc32(self.data_close.tobytes())}
+        zdata = normalised_returns(self.data_close, self.W)  # [bars-1], zdata[b-1] = bar b
+        # row s: the normalised returns of an episode starting at bar s, as one raw item
+        self._ep_item = np.dtype(f"V{4 * (self.bars - 1)}")
+        self._zepisodes = sliding_window_view(zdata, self.bars - 1).view(self._ep_item)[:, 0]
+        self.start = np.zeros(num_envs, np.int64)
+        self._starts = VariatePool(num_envs, _START_EPISODES, normal=False)  # one uniform per episode
+        self._bar = np.zeros(num_envs, np.int64)  # data index scratch
+        self._o, self._c = np.zeros(num_envs), np.ones(num_envs)  # this step's opens and closes
+
+    def _episode_bars(self, prices: np.ndarray) -> np.ndarray:
+        """[N, W+L+1] of each env's episode from a data price array (a gathered copy)."""
+        return prices[self.start[:, None] + np.arange(self.bars)]
+
+    @property
+    def open(self) -> np.ndarray:
+        """Opens [N, W+L+1] (a gathered copy)."""
+        return self._episode_bars(self.data_open)
+
+    @property
+    def close(self) -> np.ndarray:
+        """Closes [N, W+L+1] (a gathered copy)."""
+        return self._episode_bars(self.data_close)
+
+    def forget(self, i: int) -> None:
+        self._starts.clear(i)
+
+    def begin(self, rows: np.ndarray, sel: Rows, rngs: list) -> np.ndarray:
+        start = np.multiply(self._starts.take(rows, 1, rngs)[:, 0], self._top).astype(np.int64)
+        np.minimum(start, self._top - 1, out=start)  # u * top may round up to top
+        self.start[sel] = start
+        self._gather_returns(sel, start)
+        return self.data_close[start + self.W]
+
+    def _gather_returns(self, sel: Rows, start: np.ndarray) -> None:
+        """``z[sel]`` from the file's normalised returns: one raw ``4(W+L)``-byte item per env."""
+        self.z.view(self._ep_item)[:, 0][sel] = self._zepisodes[start]
+
+    def next_bar(self, t0: int, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        bar = self._bar
+        if t0 >= 0:
+            np.add(self.start, t0 + self.W + 1, out=bar)
+        else:
+            np.add(self.start, t, out=bar)
+            bar += self.W + 1
+        self.data_open.take(bar, out=self._o, mode="clip")  # bars are always in range; "clip" skips a buffer
+        self.data_close.take(bar, out=self._c, mode="clip")
+        return self._o, self._c
+
+    def get_state(self) -> dict[str, Any]:
+        """``start`` offsets and the data's fingerprint (``open``/``close`` are kept for readers)."""
+        return {"start": self.start.copy(), "data": dict(self._fingerprint),
+                "pools": {"uniform": self._starts.get_state()}}
+
+    def set_state(self, state: dict[str, Any], open_: np.ndarray, close: np.ndarray) -> None:
+        """Refuses (ValueError) a state saved on other data: another length or close checksum,
+        or price windows that are not this data's bars at the saved offsets."""
+        saved = state.get("data")
+        if saved is not None and dict(saved) != self._fingerprint:
+            raise ValueError(
+                f"state was saved on different data ({saved.get('bars')} bars, close crc32 "
+                f"{saved.get('close_crc32')}); this env has {self._fingerprint['bars']} bars, "
+                f"close crc32 {self._fingerprint['close_crc32']}"
+            )
+        if "start" in state:
+            start = np.asarray(state["start"]).astype(np.int64)
+            if start.shape != (self.n,) or start.min() < 0 or start.max() >= self._top:
+                raise ValueError(f"state['start'] must be {self.n} offsets in 0..{self._top - 1}")
+        else:
+            start = self._locate(open_, close)
+        idx = start[:, None] + np.arange(self.bars)
+        if not (np.array_equal(self.data_open[idx], open_) and np.array_equal(self.data_close[idx], close)):
+            raise ValueError("state's price windows differ from this env's data at its offsets: saved on other data")
+        self.start[...] = start
+        self._gather_returns(slice(None), start)
+        self._starts.set_state((state.get("pools") or {}).get("uniform"))
+
+    def _locate(self, open_: np.ndarray, close: np.ndarray) -> np.ndarray:
+        """Start offsets [N] of states saved before they were stored: where each env's bars are."""
+        start = np.zeros(self.n, np.int64)
+        for i in range(self.n):
+            at = np.flatnonzero(self.data_close[: self._top] == close[i, 0])
+            hits = [s for s in at.tolist() if np.array_equal(self.data_close[s : s + self.bars], close[i])
+                    and np.array_equal(self.data_open[s : s + self.bars], open_[i])]
+            if not hits:
+                raise ValueError("state's price windows are not in this env's data: it was saved on other data")
+            start[i] = hits[0]
+        return start

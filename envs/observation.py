@@ -1,0 +1,133 @@
+"""Observations: the normalised-return window and the position, PnL and time features.
+
+Observation at bar ``t`` (decision ``j = t - W``), [W+3] float32:
+
+* ``[0:W]``  log returns of close for bars ``t-W+1..t``, each divided by the RMS
+  of the ``W`` returns ending at that bar (for an episode's first ``W`` bars: of
+  its first full window, bars ``1..W``), clipped to +-5 -- scale free and causal
+  (nothing after bar ``t``, since ``t >= W``). On historical data the normalised
+  returns of the whole file are computed once (``normalised_returns``), so the RMS
+  window of an episode's first bars runs over the file's preceding bars (only the
+  file's first ``W`` bars share its first full window);
+* ``[W]``    position / K (in -1..1);
+* ``[W+1]``  unrealised PnL of the open lots / initial cash * 10, clipped to +-10;
+* ``[W+2]``  bars held in the current position / episode_length (0..1).
+
+The markets write each episode's normalised returns into ``Observer.z`` ([N, W+L],
+``z[:, b-1]`` is bar ``b``) with the two functions here; the observer cuts the
+windows and adds the ledger's features.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import gymnasium as gym
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from envs.accumulate import accumulate_time
+from envs.config import EnvConfig
+
+if TYPE_CHECKING:
+    from envs.ledger import Ledger
+
+RETURN_CLIP = 5.0
+UPNL_SCALE = 10.0
+UPNL_CLIP = 10.0
+_TINY = 1e-12  # floor of the RMS
+
+
+def observation_space(config: EnvConfig) -> gym.spaces.Box:
+    """Box [W+3] float32 with the bounds of the layout above."""
+    w = config.window
+    low = np.concatenate([np.full(w, -RETURN_CLIP), [-1.0, -UPNL_CLIP, 0.0]]).astype(np.float32)
+    high = np.concatenate([np.full(w, RETURN_CLIP), [1.0, UPNL_CLIP, 1.0]]).astype(np.float32)
+    return gym.spaces.Box(low, high, dtype=np.float32)
+
+
+def normalised_returns(close: np.ndarray, window: int) -> np.ndarray:
+    """Normalised log returns (float32) of a whole close series: ``z[b-1]`` is bar ``b``.
+
+    Bar ``b >= W`` is ``r[b] / RMS(r[b-W+1..b])``; bars ``1..W-1`` use the RMS of the
+    first full window (bars ``1..W``); clipped to +-5. Causal at every bar ``t >= W``.
+    """
+    W = window
+    r = np.diff(np.log(np.asarray(close, dtype=np.float64)))
+    ms = np.empty_like(r)
+    ms[W - 1 :] = sliding_window_view(r * r, W).sum(axis=1)  # no running-sum cancellation
+    ms[: W - 1] = ms[W - 1]
+    np.multiply(ms, 1.0 / W, out=ms)
+    np.maximum(ms, _TINY * _TINY, out=ms)
+    np.sqrt(ms, out=ms)
+    z = np.empty(len(r), np.float32)
+    np.divide(r, ms, out=z, casting="same_kind")
+    np.minimum(z, RETURN_CLIP, out=z)
+    np.maximum(z, -RETURN_CLIP, out=z)
+    return z
+
+
+def normalise_paths(r: np.ndarray, window: int, csum: np.ndarray, ms: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Normalised returns of m episodes (the rule above) from time-major log returns r [W+L, m].
+
+    Writes ``out`` [W+L, m] float32; ``csum`` [W+L+1, m] and ``ms`` [W+L, m] are float64
+    scratch (preallocated: fresh multi-MB temporaries cost page faults). The window
+    sums come from a running sum along time: short episodes, no cancellation worth
+    the sliding sum's cost.
+    """
+    W = window
+    csum[0] = 0.0  # csum[k] = sum of the first k squares
+    np.multiply(r, r, out=csum[1:])
+    accumulate_time(np.add, csum[1:])
+    np.subtract(csum[W:], csum[:-W], out=ms[W - 1 :])  # sum of the W squares ending at each bar
+    ms[: W - 1] = ms[W - 1]  # the first W bars share the first full window
+    np.multiply(ms, 1.0 / W, out=ms)
+    np.maximum(ms, _TINY * _TINY, out=ms)
+    np.sqrt(ms, out=ms)  # RMS, >= _TINY
+    # float32 from here (clipping to +-5 commutes with the rounding: 5 is exact)
+    np.divide(r, ms, out=out, casting="same_kind")
+    np.minimum(out, RETURN_CLIP, out=out)
+    np.maximum(out, -RETURN_CLIP, out=out)
+    return out
+
+
+class Observer:
+    """Builds the observations [m, W+3] of N envs from ``z`` and a ledger."""
+
+    def __init__(self, num_envs: int, config: EnvConfig) -> None:
+        n, W, L = num_envs, config.window, config.episode_length
+        self.n, self.W, self.K, self.L = n, W, config.max_position, L
+        self.pnl_per_dollar = UPNL_SCALE / config.initial_cash
+        self.z = np.zeros((n, W + L), np.float32)  # [N, W+L] normalised returns, z[:, b-1] = bar b
+        self.z_win = sliding_window_view(self.z, W, axis=1)  # [N, L+1, W] view: the windows
+        self._rows = np.arange(n)
+        self._win_item = np.dtype(f"V{4 * W}")  # one window as a raw item: one memcpy-like move per env
+        self._feat = np.empty((3, n))  # columns W.. in float64, then one cast copy
+
+    def observe(self, ledger: Ledger, t: np.ndarray, t0: int, rows: np.ndarray | None = None) -> np.ndarray:
+        """Observations [m, W+3] float32 of envs ``rows`` (all if None) after ``t`` [N] decisions.
+
+        While all envs are in step (``t0``: their common ``t``; -1 otherwise) the windows
+        are one slice of ``z``, not a gather.
+        """
+        W = self.W
+        if rows is None:
+            pos, held = ledger.pos, ledger.held
+            window = self.z[:, t0 : t0 + W] if t0 >= 0 else self.z_win[self._rows, t]
+        else:
+            pos, held = ledger.pos[rows], ledger.held[rows]
+            window = self.z_win[rows, t[rows]]
+        m = len(pos)
+        obs = np.empty((m, W + 3), np.float32)
+        np.copyto(obs[:, :W].view(self._win_item), window.view(self._win_item))
+        f = self._feat[:, :m] if m <= self.n else np.empty((3, m))  # [3, m] float64
+        if self.K == 1:
+            np.copyto(f[0], pos)  # pos / 1
+        else:
+            np.multiply(pos, 1.0 / self.K, out=f[0])
+        upnl = ledger.unrealised(f[1], rows)
+        upnl *= self.pnl_per_dollar
+        np.minimum(upnl, UPNL_CLIP, out=upnl)
+        np.maximum(upnl, -UPNL_CLIP, out=upnl)
+        np.multiply(held, 1.0 / self.L, out=f[2])
+        obs[:, W:] = f.T
+        return obs
