@@ -43,6 +43,8 @@ class TrainConfig:
     num_envs: int = _f(8, RUN, "vectorised environments per worker")
     seed: int = _f(1, RUN, "random seed (model init, envs, sampling)")
     device: str = _f("auto", RUN, "where to train", choices=("auto", "cpu", "cuda"))
+    threads: Optional[int] = _f(None, RUN, "intra-op torch threads per worker "
+                                           "(default: OMP_NUM_THREADS if set, else 1)")
     data: Optional[str] = _f(None, RUN, "OHLCV history (CSV or Parquet) for rank 0 (default: a simulated market)")
     date_format: Optional[str] = _f(None, RUN, "strftime format of the data's time column (default: detected)")
     data_all_ranks: bool = _f(False, RUN, "trade --data on every rank (at different random windows)")
@@ -176,6 +178,8 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
             raise UsageError(f"{_flag(name)} must be a positive count, got {value}")
     if config.num_gpus is not None and config.num_gpus < 1:
         raise UsageError(f"--num-gpus must be at least 1, got {config.num_gpus}")
+    if config.threads is not None and config.threads < 1:
+        raise UsageError(f"--threads must be at least 1, got {config.threads}")
     for name in ("clip", "max_grad_norm", "dist_timeout"):
         value = getattr(config, name)
         if not value > 0:
