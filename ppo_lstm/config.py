@@ -78,7 +78,9 @@ class TrainConfig:
     # distributed
     distributed: bool = _f(False, DIST, "spawn one worker per device (GPUs, or CPU processes with --device cpu)")
     num_gpus: Optional[int] = _f(
-        None, DIST, "workers to spawn (default: every visible GPU; 2 on CPU)", aliases=("--num-workers",)
+        None, DIST, "workers to spawn: with --device auto/cuda, GPUs (default: every visible GPU; more than "
+                    "are visible is an error); with --device cpu, CPU processes (default: 2, also what "
+                    "--device auto starts without a GPU)", aliases=("--num-workers",)
     )
     backend: Optional[str] = _f(None, DIST, "torch.distributed backend (default: nccl on CUDA, gloo on CPU)",
                                 choices=("nccl", "gloo"))

@@ -32,6 +32,7 @@ from .config import DEFAULT_MASTER_PORT, TrainConfig
 from .errors import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, UsageError
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+CPU_FALLBACK_WARNING = "warning: no CUDA device found; running on CPU (gloo for distributed workers)"
 FAILURE_GRACE_SECONDS = 10.0  # after one worker fails, the others get this long to exit before SIGTERM, then SIGKILL
 
 
@@ -230,33 +231,75 @@ def announces_for_job(config: TrainConfig) -> bool:
     return config.distributed
 
 
-def resolve_device(requested: str, announce: bool = True) -> str:
-    """``auto`` -> ``cuda`` when available, else ``cpu`` (with a one-line warning if announced)."""
+def resolve_device(requested: str, announce: bool = False) -> str:
+    """``auto`` -> ``cuda`` when available, else ``cpu``; ``cuda`` without a CUDA device is a UsageError.
+
+    With ``announce``, the CPU fallback prints a one-line warning (:func:`launch` does
+    that itself, once every start-up check has passed).
+    """
     if requested == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda was asked for but no CUDA device is visible; use --device cpu")
+        raise UsageError("--device cuda was asked for but no CUDA device is visible; use --device cpu "
+                         "(with --num-workers N for N CPU workers)")
     if requested != "auto":
         return requested
     if torch.cuda.is_available():
         return "cuda"
     if announce:
-        print("warning: no CUDA device found; running on CPU (gloo for distributed workers)", file=sys.stderr)
+        print(CPU_FALLBACK_WARNING, file=sys.stderr)
     return "cpu"
 
 
 def world_size_for(config: TrainConfig, device: str) -> int:
-    """How many workers this job has (before any is started)."""
+    """How many workers this job has (before any is started).
+
+    With ``--device auto`` or ``cuda``, an explicit ``--num-gpus N`` (alias ``--num-workers``)
+    counts GPUs: more than are visible is a UsageError naming the CPU alternative. With
+    ``--device cpu`` it counts CPU workers. ``--backend nccl`` needs CUDA.
+    """
+    if config.backend == "nccl" and device != "cuda":
+        raise UsageError("--backend nccl needs CUDA devices; CPU workers use gloo (leave --backend out)")
     if launched_by_torchrun():
         return int(os.environ["WORLD_SIZE"])
+    wanted = config.num_gpus
+    if config.device != "cpu":
+        visible = torch.cuda.device_count() if device == "cuda" else 0
+        if wanted is not None and wanted > visible:
+            if visible == 0:
+                raise UsageError(f"--num-gpus {wanted} asks for more GPUs than the 0 visible (no CUDA device "
+                                 f"here); for {wanted} CPU workers use --device cpu --num-workers {wanted}")
+            raise UsageError(f"--num-gpus {wanted} asks for more GPUs than the {visible} visible; use "
+                             f"--num-gpus {visible} or fewer, or --device cpu --num-workers {wanted} "
+                             f"for {wanted} CPU workers")
+        if device == "cuda" and config.distributed:
+            return visible if wanted is None else wanted
     if not config.distributed:
         return 1
-    if device == "cuda":
-        visible = torch.cuda.device_count()
-        wanted = visible if config.num_gpus is None else config.num_gpus
-        if wanted > visible:
-            raise UsageError(f"--num-gpus {wanted} asks for more GPUs than the {visible} visible; "
-                             f"use --num-gpus {visible} or fewer (or --device cpu for CPU workers)")
-        return wanted
-    return 2 if config.num_gpus is None else config.num_gpus
+    return 2 if wanted is None else wanted  # CPU workers
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity), else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def announce_workers(config: TrainConfig, device: str, local_workers: int) -> None:
+    """Warnings about the job's workers, printed once by the process that speaks for
+    the job (:func:`announces_for_job`): the CPU fallback of ``--device auto``, and more
+    CPU threads on this machine than it has cores."""
+    if config.device == "auto" and device == "cpu":
+        print(CPU_FALLBACK_WARNING, file=sys.stderr)
+    if device != "cpu":
+        return
+    cores, threads = usable_cores(), threads_per_worker(config)
+    if local_workers > cores:
+        print(f"warning: {local_workers} CPU workers on {cores} core{'s' if cores > 1 else ''}: they slow each "
+              f"other down; use --num-workers {cores} or fewer", file=sys.stderr)
+    elif local_workers * threads > cores:
+        print(f"warning: {local_workers} CPU workers x {threads} torch threads on {cores} cores: they slow each "
+              f"other down; use --threads {max(1, cores // local_workers)}", file=sys.stderr)
 
 
 def choose_master_port(config: TrainConfig) -> int:
@@ -289,8 +332,10 @@ def _free_port(addr: str) -> int:
 def launch(config: TrainConfig, device: str, worker_fn: WorkerFn) -> int:
     """Run ``worker_fn`` once per worker and return the job's exit code."""
     if launched_by_torchrun():
-        return _run_worker(config, device, worker_fn, int(os.environ["LOCAL_RANK"]),
-                           int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])))
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
+        if announces_for_job(config):
+            announce_workers(config, device, local_world)
+        return _run_worker(config, device, worker_fn, int(os.environ["LOCAL_RANK"]), local_world)
     world_size = world_size_for(config, device)
     if not config.distributed:
         torch.set_num_threads(threads_per_worker(config))
@@ -301,6 +346,7 @@ def launch(config: TrainConfig, device: str, worker_fn: WorkerFn) -> int:
     os.environ["MASTER_ADDR"] = config.master_addr
     os.environ["MASTER_PORT"] = str(choose_master_port(config))
     os.environ["WORLD_SIZE"] = str(world_size)
+    announce_workers(config, device, world_size)
     return _spawn(config, device, worker_fn, world_size)
 
 

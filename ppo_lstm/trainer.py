@@ -360,7 +360,7 @@ class Trainer:
             self.interval_totals.add(EpisodeTotals.of_records([record]))
             if self.global_episodes >= self.next_log_at or self.global_episodes == c.episodes:
                 self.log.line(format_episode_line(self.global_episodes, c.episodes, self.interval_totals,
-                                                  self.world_size))
+                                                  self.world_size, self.device.type))
                 self.interval_totals = EpisodeTotals()
                 self.next_log_at = (self.global_episodes // c.log_interval + 1) * c.log_interval
         update_totals = EpisodeTotals.of_records(records)

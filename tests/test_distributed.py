@@ -71,7 +71,7 @@ def test_spawned_run_log_and_checkpoint(spawned):
     assert result.returncode == 0, result.output
     log = result.cwd / "training.log"
     lines = episode_lines(log)
-    assert lines and all(line.endswith("| GPUs: 2") for line in lines)
+    assert lines and all(line.endswith("| Workers: 2") for line in lines)  # CPU workers
     assert [p.name for p in result.cwd.iterdir() if p.is_dir()] == ["checkpoints"]
     state = newest_checkpoint(result.cwd / "checkpoints")
     assert state["world_size"] == 2
@@ -133,7 +133,7 @@ def test_torchrun_standalone(cwd):
                      launcher=torchrun("--standalone", "--nproc-per-node=2", TRAIN), timeout=120)
     assert result.returncode == 0, result.output
     lines = episode_lines(cwd / "training.log")
-    assert lines and all(line.endswith("| GPUs: 2") for line in lines)
+    assert lines and all(line.endswith("| Workers: 2") for line in lines)  # CPU workers
     assert [p.name for p in cwd.iterdir() if p.is_dir()] == ["checkpoints"]
     state = newest_checkpoint(cwd / "checkpoints")
     assert state["world_size"] == 2 and state["counters"]["global_episodes"] == 8
@@ -153,7 +153,7 @@ def test_two_nodes_on_loopback(tmp_path):
     node0, node1 = (tmp_path / "node0", tmp_path / "node1")
     state = newest_checkpoint(node0 / "checkpoints")
     assert state["world_size"] == 2 and state["counters"]["global_episodes"] == 8
-    assert all(line.endswith("| GPUs: 2") for line in episode_lines(node0 / "training.log"))
+    assert all(line.endswith("| Workers: 2") for line in episode_lines(node0 / "training.log"))
     assert not checkpoint_files(node1 / "checkpoints") and not (node1 / "training.log").exists()
 
 
