@@ -37,7 +37,10 @@ FAILURE_GRACE_SECONDS = 10.0  # after one worker fails, the others get this long
 
 
 class Comm(Protocol):
-    """The collective operations the trainer uses. Every rank must call them in the same order."""
+    """The collective operations the trainer uses. Every rank must call them in the same order.
+
+    Tensors may live on any device; results come back on the device of the tensor given.
+    """
 
     rank: int
     world_size: int
@@ -56,6 +59,9 @@ class Comm(Protocol):
 
     def barrier(self) -> None:
         """Wait until every rank gets here."""
+
+    def broadcast_(self, tensor: Tensor, src: int = 0) -> None:
+        """Overwrite ``tensor`` in place with rank ``src``'s copy."""
 
 
 class LocalComm:
@@ -79,28 +85,52 @@ class LocalComm:
     def barrier(self) -> None:
         pass
 
+    def broadcast_(self, tensor: Tensor, src: int = 0) -> None:
+        pass
+
+
+def wire_device(backend: str, device: torch.device) -> torch.device:
+    """The device every tensor must be on when handed to ``backend``'s collectives:
+    the CPU for gloo; the worker's own device (its GPU) for NCCL."""
+    return torch.device("cpu") if backend == "gloo" else torch.device(device)
+
 
 class TorchComm:
-    """Collectives over an initialised torch.distributed process group."""
+    """Collectives over an initialised torch.distributed process group.
 
-    def __init__(self) -> None:
-        self.rank = dist.get_rank()
-        self.world_size = dist.get_world_size()
-        # gloo moves CPU tensors; NCCL moves CUDA tensors.
-        self._wire = torch.device("cpu") if dist.get_backend() == "gloo" else None
+    Tensors from any device go in: each is copied to :attr:`device`, where the backend
+    needs it (:func:`wire_device`), and the result comes back on the tensor's own device.
+    That matters under NCCL, where the parameters are on the GPU but Adam keeps its
+    ``step`` counts on the CPU.
 
-    def _out(self, tensor: Tensor) -> Tensor:
-        return tensor.contiguous() if self._wire is None else tensor.detach().to(self._wire).contiguous()
+    ``device`` is the worker's device (default: the current CUDA device under NCCL).
+    ``collectives`` is :mod:`torch.distributed`; a test may pass a stand-in offering the
+    same functions (``get_rank``, ``get_world_size``, ``get_backend``, ``all_gather``,
+    ``all_reduce``, ``broadcast``, ``all_gather_object``, ``barrier``).
+    """
+
+    def __init__(self, device: Optional[torch.device] = None, collectives: Any = dist) -> None:
+        self._dist = collectives
+        self.rank = collectives.get_rank()
+        self.world_size = collectives.get_world_size()
+        backend = collectives.get_backend()
+        if device is None:
+            device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+        self.device = wire_device(backend, device)
+
+    def _wire(self, tensor: Tensor, copy: bool = False) -> Tensor:
+        """``tensor`` on the wire device, contiguous; a private copy when ``copy`` (the collective writes into it)."""
+        return tensor.detach().to(self.device, copy=copy).contiguous()
 
     def gather(self, tensor: Tensor, dim: int = 0) -> Tensor:
-        local = self._out(tensor)
+        local = self._wire(tensor)
         parts = [torch.empty_like(local) for _ in range(self.world_size)]
-        dist.all_gather(parts, local)
+        self._dist.all_gather(parts, local)
         return torch.cat(parts, dim=dim).to(tensor.device)
 
     def sum(self, tensor: Tensor) -> Tensor:
-        total = self._out(tensor).clone()
-        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        total = self._wire(tensor, copy=True)
+        self._dist.all_reduce(total)  # the default op: SUM
         return total.to(tensor.device)
 
     def mean(self, tensor: Tensor) -> Tensor:
@@ -112,17 +142,17 @@ class TorchComm:
         buffer = io.BytesIO()
         torch.save(obj, buffer)
         out: list[Any] = [None] * self.world_size
-        dist.all_gather_object(out, buffer.getvalue())
+        self._dist.all_gather_object(out, buffer.getvalue())
         return [torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True) for raw in out]
 
     def barrier(self) -> None:
-        dist.barrier()
+        self._dist.barrier()
 
     def broadcast_(self, tensor: Tensor, src: int = 0) -> None:
-        """Overwrite ``tensor`` in place with rank ``src``'s copy."""
-        wire = self._out(tensor).clone()
-        dist.broadcast(wire, src)
-        tensor.copy_(wire.to(tensor.device))
+        wire = self._wire(tensor, copy=True)
+        self._dist.broadcast(wire, src)
+        with torch.no_grad():
+            tensor.copy_(wire)
 
 
 def parameters_in_sync(comm: Comm, module: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None) -> bool:
@@ -139,9 +169,8 @@ def parameters_in_sync(comm: Comm, module: nn.Module, optimizer: Optional[torch.
     rows = comm.gather(checksum.unsqueeze(0), dim=0)  # [W, 2]
     if bool((rows == rows[0]).all()):
         return True
-    assert isinstance(comm, TorchComm)
     tensors = [p.data for p in module.parameters()]
-    if optimizer is not None:
+    if optimizer is not None:  # Adam's step counts live on the CPU, its moments with the parameters
         tensors += [v for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)]
     for tensor in tensors:
         comm.broadcast_(tensor, src=0)
@@ -419,6 +448,6 @@ def _run_worker(config: TrainConfig, device: str, worker_fn: WorkerFn, local_ran
                             timeout=datetime.timedelta(seconds=config.dist_timeout),
                             device_id=torch_device if backend == "nccl" else None)
     try:
-        return worker_fn(config, Worker(TorchComm(), local_rank, torch_device))
+        return worker_fn(config, Worker(TorchComm(torch_device), local_rank, torch_device))
     finally:
         dist.destroy_process_group()
