@@ -26,7 +26,8 @@ from .agent import LSTMState, RecurrentActorCritic
 from .buffer import RolloutBatch, RolloutBuffer
 from .checkpoint import CheckpointDir, CheckpointError, RunLock, from_safe, to_safe
 from .config import TrainConfig, steps_per_env
-from .distributed import Worker, episode_share, parameters_in_sync, remaining_episode_shares, trades_history
+from .distributed import (Worker, WorkerFailed, episode_share, parameters_in_sync, remaining_episode_shares,
+                          trades_history)
 from .errors import EXIT_USAGE, UsageError
 from .logger import EPISODE_FIELDS, EpisodeTotals, NullLogger, RunLogger, episode_records, format_episode_line
 from .ppo import PPOSettings, UpdateStats, ppo_update
@@ -460,7 +461,10 @@ def train_worker(config: TrainConfig, worker: Worker) -> int:
 
     Set-up problems on any rank are agreed on collectively (two fixed collectives,
     whatever fails where), so a bad input on one rank stops every rank with exit 2
-    instead of leaving the others waiting in a collective.
+    instead of leaving the others waiting in a collective. A failure after that (a full
+    disk, repeated non-finite updates) raises :class:`WorkerFailed` after this rank's
+    clean-up; the launch code reports it and ends the job, as it does for any other
+    exception.
     """
     comm = worker.comm
     stop = StopRequest()
@@ -490,8 +494,7 @@ def train_worker(config: TrainConfig, worker: Worker) -> int:
         assert trainer is not None
         return trainer.run()
     except (TrainingError, CheckpointError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        raise WorkerFailed(str(err)) from None
     finally:
         if lock is not None:
             lock.release()

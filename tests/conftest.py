@@ -40,7 +40,7 @@ def env_for_child(extra: Optional[dict[str, Optional[str]]] = None) -> dict[str,
     env["PYTHONUNBUFFERED"] = "1"
     env["OMP_NUM_THREADS"] = "1"
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                 "PPO_LSTM_LOCK_HELD", "PPO_LSTM_DUMP_FINAL_DIR"):
+                 "PPO_LSTM_LOCK_HELD", "PPO_LSTM_DUMP_FINAL_DIR", "PPO_LSTM_FAIL_AT"):
         env.pop(name, None)
     for name, value in (extra or {}).items():
         if value is None:
@@ -141,6 +141,11 @@ class Run:
 
     def signal(self, signum: int) -> None:
         self.process.send_signal(signum)
+
+    def stderr_so_far(self) -> str:
+        """What the run has written to stderr so far (read without moving the shared file offset)."""
+        fd = self._err.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
 
     def wait(self, timeout: float = 90.0, check_processes: bool = True) -> Result:
         try:
