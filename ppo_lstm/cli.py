@@ -11,7 +11,7 @@ from envs.data import DataError, load_ohlcv
 
 from .checkpoint import CheckpointDir, RunLock
 from .config import TrainConfig, parse_flags, resumed_config, validate
-from .distributed import announces_for_job, launch, launched_by_torchrun, resolve_device, world_size_for
+from .distributed import launch, launched_by_torchrun, resolve_device, world_size_for
 from .errors import EXIT_USAGE, UsageError
 from .trainer import LOCK_HELD_VARIABLE, build_agent, check_model_matches, train_worker
 
@@ -51,7 +51,7 @@ def main(argv: Optional[list[str]] = None, force_distributed: bool = False, prog
         config.distributed = True
     lock: Optional[RunLock] = None
     try:
-        device = resolve_device(config.device, announce=announces_for_job(config))
+        device = resolve_device(config.device)  # launch() warns about a CPU fallback once every check passed
         world_size = world_size_for(config, device)
         if launched_by_torchrun():
             validate(config, world_size)  # every worker checks; rank 0 checks the rest when it starts

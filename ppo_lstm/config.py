@@ -48,6 +48,8 @@ class TrainConfig:
     num_envs: int = _f(8, RUN, "vectorised environments per worker")
     seed: int = _f(1, RUN, "random seed (model init, envs, sampling)")
     device: str = _f("auto", RUN, "where to train", launch=True, choices=("auto", "cpu", "cuda"))
+    threads: Optional[int] = _f(None, RUN, "intra-op torch threads per worker "
+                                           "(default: OMP_NUM_THREADS if set, else 1)", launch=True)
     data: Optional[str] = _f(None, RUN, "OHLCV history (CSV or Parquet) for rank 0 (default: a simulated market)")
     date_format: Optional[str] = _f(None, RUN, "strftime format of the data's time column (default: detected)")
     data_all_ranks: bool = _f(False, RUN, "trade --data on every rank (at different random windows)")
@@ -85,7 +87,9 @@ class TrainConfig:
     distributed: bool = _f(False, DIST, "spawn one worker per device (GPUs, or CPU processes with --device cpu)",
                            launch=True)
     num_gpus: Optional[int] = _f(
-        None, DIST, "workers to spawn (default: every visible GPU; 2 on CPU)", launch=True, aliases=("--num-workers",)
+        None, DIST, "workers to spawn: with --device auto/cuda, GPUs (default: every visible GPU; more than "
+                    "are visible is an error); with --device cpu, CPU processes (default: 2, also what "
+                    "--device auto starts without a GPU)", launch=True, aliases=("--num-workers",)
     )
     backend: Optional[str] = _f(None, DIST, "torch.distributed backend (default: nccl on CUDA, gloo on CPU)",
                                 launch=True, choices=("nccl", "gloo"))
@@ -228,6 +232,8 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
             raise UsageError(f"{_flag(name)} must be a positive count, got {value}")
     if config.num_gpus is not None and config.num_gpus < 1:
         raise UsageError(f"--num-gpus must be at least 1, got {config.num_gpus}")
+    if config.threads is not None and config.threads < 1:
+        raise UsageError(f"--threads must be at least 1, got {config.threads}")
     for name in ("clip", "max_grad_norm", "dist_timeout"):
         value = getattr(config, name)
         if not value > 0:

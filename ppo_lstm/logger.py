@@ -83,18 +83,22 @@ class EpisodeTotals:
         }
 
 
-def format_episode_line(episode: int, total: int, totals: EpisodeTotals, world_size: int = 1) -> str:
+def format_episode_line(episode: int, total: int, totals: EpisodeTotals, world_size: int = 1,
+                        device_type: str = "cuda") -> str:
     """``Episode 100/1000 - Reward: 45.23, Return: $234.56, Win Rate: 65.0% (20 closed, 3 open), Steps: 234``.
 
     Figures are means over ``totals``' episodes; trade counts are totals. With more
-    than one worker, `` | GPUs: N`` (the world size) is appended.
+    than one worker, the world size is appended: `` | GPUs: N`` for GPU workers,
+    `` | Workers: N`` for CPU workers (``device_type`` ``"cpu"``).
     """
     m = totals.means()
     sign = "-" if m["mean_return"] < 0 else ""
     line = (f"Episode {episode}/{total} - Reward: {m['mean_reward']:.2f}, "
             f"Return: {sign}${abs(m['mean_return']):.2f}, Win Rate: {100 * m['win_rate']:.1f}% "
             f"({int(totals.closed)} closed, {int(totals.open_lots)} open), Steps: {m['mean_steps']:.0f}")
-    return line + (f" | GPUs: {world_size}" if world_size > 1 else "")
+    if world_size == 1:
+        return line
+    return line + (f" | Workers: {world_size}" if device_type == "cpu" else f" | GPUs: {world_size}")
 
 
 class RunLogger:

@@ -27,7 +27,8 @@ from .agent import LSTMState, RecurrentActorCritic
 from .buffer import RolloutBatch, RolloutBuffer
 from .checkpoint import CheckpointDir, CheckpointError, RunLock, from_safe, to_safe
 from .config import TrainConfig, resumed_config, steps_per_env, validate
-from .distributed import Worker, episode_share, parameters_in_sync, remaining_episode_shares, trades_history
+from .distributed import (Worker, WorkerFailed, episode_share, parameters_in_sync, remaining_episode_shares,
+                          trades_history)
 from .errors import EXIT_USAGE, UsageError
 from .logger import EPISODE_FIELDS, EpisodeTotals, NullLogger, RunLogger, episode_records, format_episode_line
 from .ppo import PPOSettings, UpdateStats, ppo_update
@@ -364,7 +365,7 @@ class Trainer:
             self.interval_totals.add(EpisodeTotals.of_records([record]))
             if self.global_episodes >= self.next_log_at or self.global_episodes == c.episodes:
                 self.log.line(format_episode_line(self.global_episodes, c.episodes, self.interval_totals,
-                                                  self.world_size))
+                                                  self.world_size, self.device.type))
                 self.interval_totals = EpisodeTotals()
                 self.next_log_at = (self.global_episodes // c.log_interval + 1) * c.log_interval
         update_totals = EpisodeTotals.of_records(records)
@@ -472,7 +473,9 @@ def train_worker(config: TrainConfig, worker: Worker, given: frozenset[str] = fr
     setting comes from the checkpoint. Set-up problems on any rank are agreed on
     collectively (two fixed collectives, whatever fails where), so a bad input on
     one rank stops every rank with exit 2 instead of leaving the others waiting in
-    a collective.
+    a collective. A failure after that (a full disk, repeated non-finite updates)
+    raises :class:`WorkerFailed` after this rank's clean-up; the launch code reports
+    it and ends the job, as it does for any other exception.
     """
     comm = worker.comm
     stop = StopRequest()
@@ -510,8 +513,7 @@ def train_worker(config: TrainConfig, worker: Worker, given: frozenset[str] = fr
         assert trainer is not None
         return trainer.run()
     except (TrainingError, CheckpointError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        raise WorkerFailed(str(err)) from None
     finally:
         if lock is not None:
             lock.release()

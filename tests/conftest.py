@@ -33,15 +33,20 @@ TINY = ["--num-envs", "2", "--update-interval", "32", "--episode-length", "16", 
 SPAWN2 = ["--distributed", "--num-gpus", "2"]
 
 
-def env_for_child(extra: Optional[dict[str, str]] = None) -> dict[str, str]:
+def env_for_child(extra: Optional[dict[str, Optional[str]]] = None) -> dict[str, str]:
+    """The environment of a child run; a ``None`` value in ``extra`` removes that variable."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
     env["OMP_NUM_THREADS"] = "1"
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                 "PPO_LSTM_LOCK_HELD", "PPO_LSTM_DUMP_FINAL_DIR"):
+                 "PPO_LSTM_LOCK_HELD", "PPO_LSTM_DUMP_FINAL_DIR", "PPO_LSTM_FAIL_AT"):
         env.pop(name, None)
-    env.update(extra or {})
+    for name, value in (extra or {}).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     return env
 
 
@@ -123,7 +128,7 @@ class Run:
     """One CLI process (with its own session) whose output goes to temp files."""
 
     def __init__(self, cwd: Path, args: Sequence[str], launcher: Optional[Sequence[str]] = None,
-                 env: Optional[dict[str, str]] = None) -> None:
+                 env: Optional[dict[str, Optional[str]]] = None) -> None:
         self.cwd = Path(cwd)
         self.cwd.mkdir(parents=True, exist_ok=True)
         self._out = tempfile.TemporaryFile()
@@ -136,6 +141,11 @@ class Run:
 
     def signal(self, signum: int) -> None:
         self.process.send_signal(signum)
+
+    def stderr_so_far(self) -> str:
+        """What the run has written to stderr so far (read without moving the shared file offset)."""
+        fd = self._err.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
 
     def wait(self, timeout: float = 90.0, check_processes: bool = True) -> Result:
         try:
@@ -158,7 +168,7 @@ class Run:
 
 
 def run_cli(cwd: Path, *args: str, timeout: float = 90.0, launcher: Optional[Sequence[str]] = None,
-            env: Optional[dict[str, str]] = None) -> Result:
+            env: Optional[dict[str, Optional[str]]] = None) -> Result:
     """Run the training CLI to the end in ``cwd``; fail the test on a timeout or a leftover process."""
     return Run(cwd, args, launcher, env).wait(timeout)
 

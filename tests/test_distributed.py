@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import (SPAWN2, TINY, Run, assert_models_equal, assert_no_process_left, children_of, episode_lines,
                       free_port, load_state, run_cli, torchrun, training_started, wait_for, TRAIN)
@@ -71,7 +72,7 @@ def test_spawned_run_log_and_checkpoint(spawned):
     assert result.returncode == 0, result.output
     log = result.cwd / "training.log"
     lines = episode_lines(log)
-    assert lines and all(line.endswith("| GPUs: 2") for line in lines)
+    assert lines and all(line.endswith("| Workers: 2") for line in lines)  # CPU workers
     assert [p.name for p in result.cwd.iterdir() if p.is_dir()] == ["checkpoints"]
     state = newest_checkpoint(result.cwd / "checkpoints")
     assert state["world_size"] == 2
@@ -133,7 +134,7 @@ def test_torchrun_standalone(cwd):
                      launcher=torchrun("--standalone", "--nproc-per-node=2", TRAIN), timeout=120)
     assert result.returncode == 0, result.output
     lines = episode_lines(cwd / "training.log")
-    assert lines and all(line.endswith("| GPUs: 2") for line in lines)
+    assert lines and all(line.endswith("| Workers: 2") for line in lines)  # CPU workers
     assert [p.name for p in cwd.iterdir() if p.is_dir()] == ["checkpoints"]
     state = newest_checkpoint(cwd / "checkpoints")
     assert state["world_size"] == 2 and state["counters"]["global_episodes"] == 8
@@ -153,7 +154,7 @@ def test_two_nodes_on_loopback(tmp_path):
     node0, node1 = (tmp_path / "node0", tmp_path / "node1")
     state = newest_checkpoint(node0 / "checkpoints")
     assert state["world_size"] == 2 and state["counters"]["global_episodes"] == 8
-    assert all(line.endswith("| GPUs: 2") for line in episode_lines(node0 / "training.log"))
+    assert all(line.endswith("| Workers: 2") for line in episode_lines(node0 / "training.log"))
     assert not checkpoint_files(node1 / "checkpoints") and not (node1 / "training.log").exists()
 
 
@@ -257,3 +258,123 @@ def test_a_worker_usage_error_exits_2_with_its_own_line_only(tmp_path):
                             env={**os.environ, "PYTHONPATH": str(root)}, cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == ["error: something only a worker can see"]
+
+
+# ----------------------------------------------------------------------------- tensors on the backend's device
+
+
+def test_wire_device_is_the_cpu_for_gloo_and_the_worker_gpu_for_nccl():
+    from ppo_lstm.distributed import wire_device
+
+    gpu = torch.device("cuda", 1)  # only a name: no GPU needed
+    assert wire_device("gloo", gpu) == torch.device("cpu")
+    assert wire_device("gloo", torch.device("cpu")) == torch.device("cpu")
+    assert wire_device("nccl", gpu) == gpu
+
+
+class Delivered(Exception):
+    """Raised by :class:`DeviceCheckingCollectives` once it has checked what it was handed."""
+
+
+class DeviceCheckingCollectives:
+    """A stand-in for torch.distributed's collectives, for one rank of ``backend``: it
+    asserts that every tensor handed to it is on ``device``, records it, and stops the
+    call (a meta tensor carries no data to bring back)."""
+
+    def __init__(self, backend: str, device: torch.device) -> None:
+        self.backend, self.device, self.seen = backend, device, []
+
+    def get_rank(self) -> int:
+        return 0
+
+    def get_world_size(self) -> int:
+        return 2
+
+    def get_backend(self) -> str:
+        return self.backend
+
+    def _check(self, *tensors) -> None:
+        for tensor in tensors:
+            assert tensor.device == self.device, f"a tensor on {tensor.device} was handed to {self.backend}"
+            self.seen.append(tensor.device)
+        raise Delivered
+
+    def all_gather(self, parts, tensor) -> None:
+        self._check(tensor, *parts)
+
+    def all_reduce(self, tensor) -> None:
+        self._check(tensor)
+
+    def broadcast(self, tensor, src) -> None:
+        self._check(tensor)
+
+
+@pytest.mark.parametrize("where", ["cpu", "meta"])
+@pytest.mark.parametrize("call", ["gather", "sum", "mean", "broadcast_"])
+def test_nccl_comm_hands_every_tensor_over_on_the_worker_device(call, where):
+    """Under NCCL every tensor must reach the collective on the worker's GPU, including
+    CPU tensors such as Adam's step counts (the re-sync after a drift broadcasts them).
+    ``meta`` stands in for the GPU, so this runs without one."""
+    from ppo_lstm.distributed import TorchComm
+
+    gpu = torch.device("meta")
+    collectives = DeviceCheckingCollectives("nccl", gpu)
+    comm = TorchComm(gpu, collectives=collectives)
+    assert comm.device == gpu
+    step = torch.tensor(3.0, device=where)  # like Adam's state["step"] (on the CPU), or a parameter (on the GPU)
+    with pytest.raises(Delivered):
+        getattr(comm, call)(step)
+    assert collectives.seen and set(collectives.seen) == {gpu}
+
+
+DRIFT_SCRIPT = """
+import sys
+import torch
+from ppo_lstm.config import TrainConfig
+from ppo_lstm.distributed import launch, parameters_in_sync
+
+def worker(config, w):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2, foreach=True)
+    for _ in range(3):
+        optimizer.zero_grad()
+        model(torch.ones(5, 4)).square().sum().backward()
+        optimizer.step()
+    if w.comm.rank == 1:  # drift: a parameter and the optimizer state of rank 1 move apart
+        first = next(model.parameters())
+        with torch.no_grad():
+            first[0, 0] += 1e-3
+        optimizer.state[first]["exp_avg"][0, 0] += 1.0
+        optimizer.state[first]["step"] += 5
+    repaired = not parameters_in_sync(w.comm, model, optimizer)
+    in_sync_after = parameters_in_sync(w.comm, model, optimizer)
+    torch.save({"repaired": repaired, "in_sync_after": in_sync_after, "model": model.state_dict(),
+                "optimizer": optimizer.state_dict()}, f"rank{w.comm.rank}.pt")
+    return 0
+
+if __name__ == "__main__":
+    sys.exit(launch(TrainConfig(distributed=True, num_gpus=2, device="cpu"), "cpu", worker))
+"""
+
+
+def test_drift_is_repaired_from_rank_0_bitwise_adam_state_included(tmp_path):
+    """Two real gloo workers; rank 1's weights and Adam state drift: the sync check
+    finds it, re-broadcasts rank 0's copy (Adam's CPU step counts included), warns once."""
+    import subprocess
+    import sys
+
+    (tmp_path / "drift.py").write_text(DRIFT_SCRIPT)
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, "drift.py"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("parameters diverged across ranks; re-synchronised from rank 0") == 1, result.stderr
+    rank0, rank1 = load_state(tmp_path / "rank0.pt"), load_state(tmp_path / "rank1.pt")
+    assert rank0["repaired"] and rank1["repaired"]
+    assert rank0["in_sync_after"] and rank1["in_sync_after"]
+    assert_models_equal(rank0["model"], rank1["model"])
+    for key, state in rank0["optimizer"]["state"].items():
+        for name, value in state.items():
+            assert torch.equal(value, rank1["optimizer"]["state"][key][name]), (key, name)
+    assert float(rank1["optimizer"]["state"][0]["step"]) == 3.0  # rank 0's count, not rank 1's 8
