@@ -19,16 +19,10 @@ Column names
     is optional (zeros when absent, NaN volume counts as 0).
 
 Adjusted prices
-    With both Close and Adj Close, every row is put on the adjusted basis as
-    yfinance's ``auto_adjust`` does: Open, High and Low are multiplied by that
-    row's ``Adj Close / Close`` and the close is ``Adj Close``, so fills (at
-    opens) and marks (at closes) use the same prices and a split or dividend
-    adds no profit or loss. Volume is left as it is in the file (as yfinance
-    does). A row whose Adj Close equals its Close comes out bit-identical to the
-    file without the column. An Adj Close without a raw Close is refused: the
-    opens cannot be adjusted, and mixing raw opens with adjusted closes invents
-    a profit or loss at every split and dividend (rename it to Close when the
-    file's Open/High/Low are already adjusted).
+    With both Close and Adj Close, Open/High/Low are scaled by each row's
+    ``Adj Close / Close`` and the close is ``Adj Close`` (as yfinance's
+    ``auto_adjust``); an Adj Close without a raw Close is refused. The rule and
+    why: ``envs.data_checks``.
 
 Time column (first match wins)
     ``Datetime``, ``Timestamp``, ``Date``, ``Time``, ``Gmt time`` and a few
@@ -38,32 +32,13 @@ Time column (first match wins)
     the header is one field short, or a Parquet index).
 
 Timestamp parsing
-    * ``date_format`` given: every row must match that strftime format.
-    * numeric values (or digit strings) are epochs, the unit chosen from the
-      median value: ``[1e8, 1e11)`` seconds, ``[1e11, 1e14)`` milliseconds,
-      ``[1e14, 1e17)`` microseconds, ``>= 1e17`` nanoseconds; integers in
-      ``[1e7, 1e8)`` are read as ``YYYYMMDD``. Every row must fall in the
-      chosen unit's range.
-    * strings: ISO 8601 first; otherwise a list of candidate formats (pandas'
-      month-first and day-first guesses for the first value, then common
-      ``d.m.Y``, ``m/d/Y``, ``Y.m.d``... dates with optional times) is tried on
-      a sample, and the candidates that parse the sample are checked on every
-      row. Ambiguity rule: when several formats parse every row and give
-      different times, prefer (1) one whose times are monotonic in file order
-      (ascending or descending), then (2) the most regular spacing once
-      sorted (largest share of gaps equal to the median gap), then (3) the
-      earlier candidate: pandas' guesses for the first value come first, the
-      day-first guess before the month-first one for ``dd.mm.`` dates and the
-      other way round otherwise, then the fixed list, which likewise tries
-      ``.`` dates day-first first and ``/`` or ``-`` dates month-first first.
-    * time zones are converted to UTC and dropped; the result is naive
-      ``datetime64[ns]``.
+    An explicit ``date_format``, unix epochs (unit from the median value) or
+    ``YYYYMMDD`` integers, ISO 8601, or candidate formats with an ambiguity
+    rule; time zones become naive UTC. The full rules: ``envs.data_time``.
 
 Row numbers in messages
-    "row N" is the 1-based data row in the file's original order (before
-    sorting). For CSV the message adds "line N+1", the line in the file for a
-    one-line header and no blank lines (pandas skips blank lines, so each blank
-    line above the row shifts the real line down by one).
+    "row N" is the 1-based data row in the file's original order, plus "line
+    N+1" for CSV; see ``envs.data_context``.
 
 Checks
     missing columns, empty file or no data rows, unparseable or missing
@@ -79,27 +54,20 @@ from __future__ import annotations
 
 import os
 import re
-import warnings
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Callable
 
 import numpy as np
 import pandas as pd
-from pandas.tseries.api import guess_datetime_format
+
+from envs.data_checks import _adjust, _check_ohlc, _check_positive, _check_scaled, _first_bad, _numeric
+from envs.data_context import DataError, _Ctx
+from envs.data_time import _parse_time
 
 __all__ = ["DataError", "MarketData", "load_ohlcv"]
 
 SECONDS_PER_DAY = 86_400.0
 SECONDS_PER_YEAR = 365.0 * SECONDS_PER_DAY
 TRADING_DAYS_PER_YEAR = 252.0
-
-
-class DataError(ValueError):
-    """A problem with a data file. str(err) is ONE line: what is wrong, where (file, column, row), and how to fix it."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(" ".join(str(message).split()))
 
 
 @dataclass(frozen=True, eq=False)
@@ -160,31 +128,6 @@ def _norm(name: object) -> str:
     return re.sub(r"[\s_\-.]+", "", str(name).lower())
 
 
-class _Ctx:
-    """Where we are: file name and how to describe a row."""
-
-    def __init__(self, source: str, is_csv: bool) -> None:
-        self.source = source
-        self.is_csv = is_csv
-
-    def row(self, i: int) -> str:
-        """Describe 0-based data index ``i`` in the user's terms."""
-        return f"row {i + 1} (line {i + 2})" if self.is_csv else f"row {i + 1}"
-
-    def fail(self, message: str) -> DataError:
-        return DataError(f"{self.source}: {message}")
-
-
-def _show(value: object) -> str:
-    text = repr(value) if isinstance(value, str) else str(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _more(mask: np.ndarray) -> str:
-    extra = int(np.count_nonzero(mask)) - 1
-    return f" ({extra} more such row{'s' if extra != 1 else ''})" if extra > 0 else ""
-
-
 def _find(ctx: _Ctx, columns: list[str], aliases: tuple[str, ...], what: str) -> str | None:
     """Column matching the first alias that matches any column; None when no alias matches."""
     normed = [_norm(c) for c in columns]
@@ -228,197 +171,7 @@ def _read(ctx: _Ctx, path: str) -> pd.DataFrame:
     return frame.reset_index(drop=True)
 
 
-# ----------------------------------------------------------------------------- timestamps
-
-_DATES_DAY_FIRST = ("%d.%m.%Y", "%m.%d.%Y", "%d.%m.%y", "%m.%d.%y")
-_DATES_MONTH_FIRST = (
-    "%m/%d/%Y", "%d/%m/%Y", "%m/%d/%y", "%d/%m/%y", "%m-%d-%Y", "%d-%m-%Y",
-)
-_DATES_YEAR_FIRST = ("%Y.%m.%d", "%Y/%m/%d", "%Y%m%d", "%Y-%m-%d")
-_DATES_NAMED = ("%d-%b-%Y", "%d %b %Y", "%b %d, %Y", "%d-%b-%y", "%Y-%b-%d")
-_TIMES = (
-    "", " %H:%M", " %H:%M:%S", " %H:%M:%S.%f", "T%H:%M:%S", "T%H:%M:%S.%f",
-    " %I:%M %p", " %I:%M:%S %p", " %H%M%S",
-)
-
-
-def _candidate_formats(first: str) -> list[str]:
-    """Formats to try for string stamps whose first value is ``first``."""
-    out: list[str] = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        european = re.match(r"\s*\d{1,2}\.\d{1,2}\.", first) is not None
-        for dayfirst in ((True, False) if european else (False, True)):
-            try:
-                guess = guess_datetime_format(first, dayfirst=dayfirst)
-            except Exception:  # noqa: BLE001 - a failed guess is just no candidate
-                guess = None
-            if guess:
-                out.append(guess)
-    for dates in (_DATES_DAY_FIRST, _DATES_MONTH_FIRST, _DATES_YEAR_FIRST, _DATES_NAMED):
-        for date in dates:
-            for time in _TIMES:
-                try:  # cheap pre-filter on the first value; pandas decides on the real data
-                    datetime.strptime(first, date + time)
-                except ValueError:
-                    continue
-                out.append(date + time)
-    return list(dict.fromkeys(out))
-
-
-def _to_dt(values: pd.Series, fmt: str) -> pd.Series:
-    """Parse strings with one format; failures become NaT. Result is UTC-aware."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            return pd.to_datetime(values, format=fmt, errors="coerce", utc=True)
-        except (ValueError, TypeError, OverflowError):
-            return pd.Series(pd.NaT, index=values.index, dtype="datetime64[ns, UTC]")
-
-
-def _regularity(ns: np.ndarray) -> tuple[bool, float]:
-    """(monotonic in file order, share of sorted gaps equal to the median gap) for int64 nanoseconds."""
-    if ns.size < 2:
-        return True, 1.0
-    gaps = np.diff(ns)
-    monotonic = bool(np.all(gaps > 0) or np.all(gaps < 0))
-    sorted_gaps = np.diff(np.sort(ns))
-    return monotonic, float(np.mean(sorted_gaps == np.median(sorted_gaps)))
-
-
-def _parse_strings(ctx: _Ctx, col: str, values: pd.Series, date_format: str | None) -> pd.Series:
-    """Parse non-null string stamps (index = data row) into UTC-aware datetimes."""
-    if date_format is not None:
-        parsed = _to_dt(values, date_format)
-        bad = parsed.isna().to_numpy()
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise ctx.fail(
-                f"timestamp {_show(values.iloc[i])} in column '{col}' at {ctx.row(int(values.index[i]))} "
-                f"does not match --date-format {date_format!r}{_more(bad)}; fix the row or the format"
-            )
-        return parsed
-
-    n = len(values)
-    pick = np.unique(np.concatenate([np.arange(min(n, 100)), np.arange(max(n - 100, 0), n),
-                                     np.linspace(0, n - 1, num=min(n, 100)).astype(np.int64)]))
-    sample = values.iloc[pick]
-    if not _to_dt(sample, "ISO8601").isna().any():
-        iso = _to_dt(values, "ISO8601")
-        if not iso.isna().any():
-            return iso
-    scored: list[tuple[int, int, str]] = []  # (failures in sample, order, format)
-    for order, fmt in enumerate(_candidate_formats(str(values.iloc[0]))):
-        scored.append((int(_to_dt(sample, fmt).isna().sum()), order, fmt))
-    scored.sort()
-
-    full: list[tuple[int, str, pd.Series]] = []  # every-row successes
-    best_fail: tuple[int, str, pd.Series] | None = None
-    for fails, order, fmt in scored:
-        if fails:
-            break
-        parsed = _to_dt(values, fmt)
-        nbad = int(parsed.isna().sum())
-        if nbad == 0:
-            full.append((order, fmt, parsed))
-        elif best_fail is None or nbad < best_fail[0]:
-            best_fail = (nbad, fmt, parsed)
-    if full:
-        first = full[0][2]
-        distinct = [f for f in full if not f[2].equals(first)]
-        if not distinct:
-            return first
-
-        def key(item: tuple[int, str, pd.Series]) -> tuple[bool, float, int]:
-            ns = item[2].dt.tz_convert(None).to_numpy().astype("datetime64[ns]").astype(np.int64)
-            monotonic, regular = _regularity(ns)
-            return (not monotonic, -regular, item[0])
-
-        return min(full, key=key)[2]
-
-    if best_fail is None:
-        fmt = scored[0][2] if scored else "ISO8601"
-        best_fail = (0, fmt, _to_dt(values, fmt))
-    bad = best_fail[2].isna().to_numpy()
-    i = int(np.argmax(bad))
-    raise ctx.fail(
-        f"cannot parse timestamp {_show(values.iloc[i])} in column '{col}' at {ctx.row(int(values.index[i]))}"
-        f"{_more(bad)}; fix the row or pass --date-format with a strftime format for it "
-        f"(e.g. '%d.%m.%Y %H:%M:%S.%f')"
-    )
-
-
-_EPOCH_UNITS = (("s", 1e8, 1e11), ("ms", 1e11, 1e14), ("us", 1e14, 1e17), ("ns", 1e17, np.inf))
-
-
-def _parse_numbers(ctx: _Ctx, col: str, values: pd.Series) -> pd.Series:
-    """Parse numeric stamps (index = data row): unix epoch in s/ms/us/ns, or YYYYMMDD integers."""
-    v = values.to_numpy(dtype=np.float64)
-    med = float(np.median(v))
-    integral = bool(np.all(v == np.floor(v)))
-    if integral and 1e7 <= med < 1e8:
-        ok = (v >= 1e7) & (v < 1e8)
-        if ok.all():
-            return _parse_strings(ctx, col, values.astype(np.int64).astype(str), "%Y%m%d")
-        unit, lo, hi = "YYYYMMDD", 1e7, 1e8
-    else:
-        for unit, lo, hi in _EPOCH_UNITS:
-            if lo <= med < hi:
-                break
-        else:
-            raise ctx.fail(
-                f"numeric timestamps in column '{col}' (e.g. {_show(values.iloc[0])} at "
-                f"{ctx.row(int(values.index[0]))}) are too small for unix seconds (~1.5e9) or milliseconds "
-                f"(~1.5e12); use real timestamps"
-            )
-        ok = (v >= lo) & (v < hi)
-    if not ok.all():
-        bad = ~ok
-        i = int(np.argmax(bad))
-        raise ctx.fail(
-            f"timestamp {_show(values.iloc[i])} in column '{col}' at {ctx.row(int(values.index[i]))} is out of range "
-            f"for {unit} like the other rows{_more(bad)}; fix that row"
-        )
-    data = v.astype(np.int64) if integral else v
-    try:
-        return pd.Series(pd.to_datetime(data, unit=unit, utc=True), index=values.index)
-    except (ValueError, OverflowError) as err:
-        raise ctx.fail(f"cannot convert column '{col}' from unix {unit}: {err}; check the values") from None
-
-
-def _parse_time(ctx: _Ctx, col: str, raw: pd.Series, date_format: str | None) -> np.ndarray:
-    """Parse the time column into naive-UTC datetime64[ns] in file order."""
-    missing = raw.isna().to_numpy()
-    if isinstance(raw.dtype, pd.StringDtype) or raw.dtype == object:
-        missing = missing | (raw.astype(str).str.strip() == "").to_numpy()
-    if missing.any():
-        i = int(np.argmax(missing))
-        raise ctx.fail(f"missing timestamp in column '{col}' at {ctx.row(i)}{_more(missing)}; fill or delete that row")
-
-    if isinstance(raw.dtype, pd.DatetimeTZDtype) or pd.api.types.is_datetime64_dtype(raw.dtype):
-        parsed = pd.to_datetime(raw, utc=True)
-    elif date_format is not None:
-        parsed = _parse_strings(ctx, col, raw.astype(str).str.strip(), date_format)
-    elif pd.api.types.is_bool_dtype(raw.dtype):
-        raise ctx.fail(f"column '{col}' holds true/false values, not timestamps; point it at a date column")
-    elif pd.api.types.is_numeric_dtype(raw.dtype):
-        parsed = _parse_numbers(ctx, col, raw)
-    else:
-        first = raw.iloc[0]
-        if not isinstance(first, str) and hasattr(first, "year"):  # date/datetime objects (e.g. Parquet date32)
-            parsed = pd.to_datetime(raw, utc=True, errors="coerce")
-        else:
-            text = raw.astype(str).str.strip()
-            digits = r"[+-]?\d+(\.\d+)?"
-            if re.fullmatch(digits, text.iloc[0]) and text.str.fullmatch(digits).all():
-                parsed = _parse_numbers(ctx, col, pd.to_numeric(text))
-            else:
-                parsed = _parse_strings(ctx, col, text, None)
-    try:
-        return parsed.dt.tz_convert(None).to_numpy().astype("datetime64[ns]")
-    except (ValueError, OverflowError) as err:
-        raise ctx.fail(f"timestamps in column '{col}' are out of range ({err}); check the dates") from None
-
+# ----------------------------------------------------------------------------- time column
 
 def _time_column(ctx: _Ctx, frame: pd.DataFrame) -> tuple[str, pd.Series]:
     """Name (for messages) and raw values of the time column."""
@@ -442,116 +195,12 @@ def _time_column(ctx: _Ctx, frame: pd.DataFrame) -> tuple[str, pd.Series]:
     return col, frame[col]
 
 
-# ----------------------------------------------------------------------------- prices
-
-def _numeric(ctx: _Ctx, col: str, raw: pd.Series) -> np.ndarray:
-    """Column as float64; non-numeric text is an error naming the first bad value."""
-    if pd.api.types.is_bool_dtype(raw.dtype):
-        raise ctx.fail(f"column '{col}' holds true/false values, not numbers; check the header")
-    if pd.api.types.is_numeric_dtype(raw.dtype):
-        return raw.to_numpy(dtype=np.float64, na_value=np.nan)
-    text = raw.astype(str).str.strip()
-    coerced = pd.to_numeric(text, errors="coerce")
-    blank = raw.isna().to_numpy() | text.str.lower().isin(["", "nan", "na", "n/a", "null", "none"]).to_numpy()
-    bad = coerced.isna().to_numpy() & ~blank
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise ctx.fail(
-            f"non-numeric value {_show(raw.iloc[i])} in column '{col}' at {ctx.row(i)}{_more(bad)}; "
-            f"fix or delete that row"
-        )
-    return coerced.to_numpy(dtype=np.float64, na_value=np.nan)
-
-
-def _first_bad(ctx: _Ctx, checks: list[tuple[str, np.ndarray, Callable[[int], str]]]) -> None:
-    """Raise for the earliest row (over all checks) whose mask is set; ``describe(i)`` builds the message."""
-    best: tuple[int, str, np.ndarray, Callable[[int], str]] | None = None
-    for col, mask, describe in checks:
-        if mask.any():
-            i = int(np.argmax(mask))
-            if best is None or i < best[0]:
-                best = (i, col, mask, describe)
-    if best is not None:
-        i, col, mask, describe = best
-        raise ctx.fail(describe(i).replace("{more}", _more(mask)))
-
-
-def _check_positive(ctx: _Ctx, named: list[tuple[str, np.ndarray]]) -> None:
-    """Every price finite and > 0; the earliest bad row over all ``(column, values)`` is reported."""
-    checks: list[tuple[str, np.ndarray, Callable[[int], str]]] = []
-    for col, v in named:
-
-        def msg(i: int, col: str = col, v: np.ndarray = v) -> str:
-            x = v[i]
-            if np.isnan(x):
-                what = "missing value (NaN)"
-            else:
-                what = "infinite value" if np.isinf(x) else f"non-positive price {x:g}"
-            return (f"{what} in column '{col}' at {ctx.row(i)}{{more}}; "
-                    f"prices must be finite and > 0, fix or delete that row")
-
-        checks.append((col, ~(np.isfinite(v) & (v > 0)), msg))
-    _first_bad(ctx, checks)
-
-
-def _adjust(px: dict[str, np.ndarray], adj_close: np.ndarray) -> dict[str, np.ndarray]:
-    """Prices on the adjusted basis: Open/High/Low times ``Adj Close / Close`` per row, close = Adj Close.
-
-    Where Adj Close equals Close the ratio is exactly 1.0, so those rows keep their exact values.
-    """
-    with np.errstate(over="ignore", under="ignore"):  # out-of-range results are reported by _check_scaled
-        ratio = adj_close / px["close"]
-        return {"open": px["open"] * ratio, "high": px["high"] * ratio, "low": px["low"] * ratio,
-                "close": adj_close}
-
-
-def _check_scaled(ctx: _Ctx, adj_col: str, close_col: str, raw: dict[str, np.ndarray],
-                  px: dict[str, np.ndarray]) -> None:
-    """Adjusted Open/High/Low still finite and > 0 (a wild Adj Close / Close ratio can overflow or underflow)."""
-    bad = np.zeros(len(px["close"]), dtype=bool)
-    for key in ("open", "high", "low"):
-        bad |= ~(np.isfinite(px[key]) & (px[key] > 0))
-
-    def msg(i: int) -> str:
-        return (f"'{adj_col}' {px['close'][i]:g} / '{close_col}' {raw['close'][i]:g} at "
-                f"{ctx.row(i)}{{more}} scales Open/High/Low out of range; check both columns in that row")
-
-    _first_bad(ctx, [(adj_col, bad, msg)])
-
-
-def _check_ohlc(ctx: _Ctx, cols: dict[str, str], px: dict[str, np.ndarray], shown: dict[str, np.ndarray]) -> None:
-    """High >= Low and High/Low bracketing Open/Close, checked on ``px``; messages quote ``shown`` (the file's values).
-
-    ``px`` is ``shown`` scaled by a positive factor per row (or ``shown`` itself), so a row
-    fails on one exactly when it fails on the other, up to rounding the tolerance absorbs.
-    """
-    o, h, lo, c = px["open"], px["high"], px["low"], px["close"]
-    so, sh, slo, sc = shown["open"], shown["high"], shown["low"], shown["close"]
-    tol = 1e-9 * h
-
-    def hl(i: int) -> str:
-        return (f"High {sh[i]:g} is below Low {slo[i]:g} in columns '{cols['high']}'/'{cols['low']}' at "
-                f"{ctx.row(i)}{{more}}; fix or delete that row")
-
-    def br_high(i: int) -> str:
-        return (f"High {sh[i]:g} is below Open {so[i]:g} or Close {sc[i]:g} in column '{cols['high']}' at "
-                f"{ctx.row(i)}{{more}}; High must be >= Open and Close, fix or delete that row")
-
-    def br_low(i: int) -> str:
-        return (f"Low {slo[i]:g} is above Open {so[i]:g} or Close {sc[i]:g} in column '{cols['low']}' at "
-                f"{ctx.row(i)}{{more}}; Low must be <= Open and Close, fix or delete that row")
-
-    _first_bad(ctx, [
-        (cols["high"], h < lo, hl),
-        (cols["high"], h + tol < np.maximum(o, c), br_high),
-        (cols["low"], lo - tol > np.minimum(o, c), br_low),
-    ])
-
-
 # ----------------------------------------------------------------------------- entry point
 
 def load_ohlcv(path: str | os.PathLike, date_format: str | None = None, min_rows: int = 2) -> MarketData:
-    """Load and validate an OHLCV file; bars come back oldest first. See the module docstring for the rules.
+    """Load and validate an OHLCV file; bars come back oldest first.
+
+    The rules are in the module docstrings: this one, ``envs.data_time`` and ``envs.data_checks``.
 
     ``date_format`` forces a strftime format for string timestamps (``--date-format``).
     ``min_rows`` is the fewest bars the caller can use (window + episode length + 1); at least 2.
