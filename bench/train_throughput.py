@@ -45,7 +45,7 @@ def ours(total_steps: int, env: EnvConfig) -> float:
         trainer = Trainer(config, Worker(LocalComm(), 0, torch.device("cpu")), None, StopRequest())
         start = time.perf_counter()
         trainer.run()
-        return trainer.env_steps / (time.perf_counter() - start)
+        return trainer.state.env_steps / (time.perf_counter() - start)
 
 
 def sb3_recurrent_ppo(total_steps: int, env: EnvConfig) -> float | None:

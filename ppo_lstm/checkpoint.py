@@ -183,12 +183,15 @@ class CheckpointDir:
         return path
 
     def run_files(self) -> list[Path]:
-        """The files of a run in this directory: checkpoints, ``latest``, ``best.pt``,
-        ``metrics.csv`` and ``tb/`` (not the lock, nor runs moved aside)."""
+        """The files of a run in this directory: checkpoint files, ``latest``, ``best.pt``,
+        ``metrics.csv`` and the ``tb/`` folder (not the lock, nor runs moved aside; a
+        folder under a file's name is nobody's run)."""
         if not self.path.is_dir():
             return []
-        names = {LATEST_NAME, BEST_NAME, METRICS_NAME, TENSORBOARD_NAME}
-        return sorted(p for p in self.path.iterdir() if p.name in names or CHECKPOINT_PATTERN.match(p.name))
+        names = {LATEST_NAME, BEST_NAME, METRICS_NAME}
+        return sorted(p for p in self.path.iterdir()
+                      if (p.is_file() and (p.name in names or CHECKPOINT_PATTERN.match(p.name)))
+                      or (p.name == TENSORBOARD_NAME and p.is_dir()))
 
     def describe_run(self) -> Optional[tuple[str, bool]]:
         """None when no run's files are here, else a short description of the run they hold

@@ -13,7 +13,8 @@ from .checkpoint import CheckpointDir, RunLock
 from .config import TrainConfig, parse_flags, resumed_config, validate
 from .distributed import launch, launched_by_torchrun, resolve_device, world_size_for
 from .errors import EXIT_USAGE, UsageError
-from .trainer import LOCK_HELD_VARIABLE, build_agent, check_model_matches, train_worker
+from .build import build_agent, check_model_matches
+from .worker import LOCK_HELD_VARIABLE, train_worker
 
 
 def preflight(config: TrainConfig, given: frozenset[str], world_size: int) -> TrainConfig:

@@ -86,10 +86,10 @@ class TrainConfig:
     # distributed
     distributed: bool = _f(False, DIST, "spawn one worker per device (GPUs, or CPU processes with --device cpu)",
                            launch=True)
-    num_gpus: Optional[int] = _f(
+    num_workers: Optional[int] = _f(
         None, DIST, "workers to spawn: with --device auto/cuda, GPUs (default: every visible GPU; more than "
                     "are visible is an error); with --device cpu, CPU processes (default: 2, also what "
-                    "--device auto starts without a GPU)", launch=True, aliases=("--num-workers",)
+                    "--device auto starts without a GPU)", launch=True, aliases=("--num-gpus",)
     )
     backend: Optional[str] = _f(None, DIST, "torch.distributed backend (default: nccl on CUDA, gloo on CPU)",
                                 launch=True, choices=("nccl", "gloo"))
@@ -230,8 +230,8 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
         value = getattr(config, name)
         if value < 1:
             raise UsageError(f"{_flag(name)} must be a positive count, got {value}")
-    if config.num_gpus is not None and config.num_gpus < 1:
-        raise UsageError(f"--num-gpus must be at least 1, got {config.num_gpus}")
+    if config.num_workers is not None and config.num_workers < 1:
+        raise UsageError(f"--num-workers/--num-gpus must be at least 1, got {config.num_workers}")
     if config.threads is not None and config.threads < 1:
         raise UsageError(f"--threads must be at least 1, got {config.threads}")
     for name in ("clip", "max_grad_norm", "dist_timeout"):

@@ -1,4 +1,5 @@
-"""Errors that end the program with one line on stderr and exit code 2."""
+"""Errors that end the program: one line on stderr, exit code 2 for bad input, 1 when
+training cannot go on."""
 from __future__ import annotations
 
 
@@ -8,6 +9,10 @@ class UsageError(Exception):
     ``str(err)`` is one line: what is wrong and how to fix it. The CLI prints it
     to stderr and exits with code 2, without a traceback.
     """
+
+
+class TrainingError(Exception):
+    """Training cannot go on (e.g. repeated non-finite updates); exit code 1."""
 
 
 EXIT_USAGE = 2

@@ -7,18 +7,12 @@ rollout's log-probs (ratio 1 up to float rounding).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
-
 import torch
 from torch import Tensor, nn
 
 from .agent import RecurrentActorCritic
 from .buffer import RolloutBatch
-
-
-class Averager(Protocol):
-    def mean(self, tensor: Tensor) -> Tensor:
-        """The mean of ``tensor`` over all ranks."""
+from .distributed import Comm
 
 
 @dataclass
@@ -58,7 +52,7 @@ def explained_variance(predicted: Tensor, target: Tensor) -> float:
 
 
 def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, batch: RolloutBatch,
-               settings: PPOSettings, permutation_generator: torch.Generator, comm: Averager) -> UpdateStats:
+               settings: PPOSettings, permutation_generator: torch.Generator, comm: Comm) -> UpdateStats:
     """Run ``epochs`` passes of minibatch PPO over ``batch`` (``[T, B_total]`` sequences).
 
     Every rank calls this with the same combined batch and the same generator state,

@@ -77,8 +77,8 @@ def test_replay_from_stored_state_reproduces_rollout_log_probs(tmp_path):
     trainer = Trainer(config, Worker(LocalComm(), 0, torch.device("cpu")), None, StopRequest())
     try:
         for _ in range(2):  # the second rollout starts from a carried, non-zero LSTM state
-            trainer._collect_rollout()
-            batch = trainer.buffer.finish(*trainer._bootstrap(), config.gamma, config.gae_lambda)
+            trainer.rollout.collect(trainer.state.update)
+            batch = trainer.rollout.finish()
         assert batch.initial_h.abs().sum() > 0
         assert batch.episode_starts[1:].sum() > 0  # episodes of 6 steps end inside the 16-step rollout
         mb = batch.select_envs(torch.tensor([3, 1]))

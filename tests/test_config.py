@@ -28,7 +28,7 @@ def test_defaults_come_from_the_dataclass():
 def test_flags_parse_into_nested_config():
     c = config_from_args(["--episodes", "7", "--no-short", "--market", "regime", "--num-workers", "3",
                           "--no-clip-vloss", "--target-kl", "0.02", "--fee-bps", "2.5"])
-    assert (c.episodes, c.num_gpus, c.clip_vloss, c.target_kl) == (7, 3, False, 0.02)
+    assert (c.episodes, c.num_workers, c.clip_vloss, c.target_kl) == (7, 3, False, 0.02)
     assert (c.env.no_short, c.env.market, c.env.fee_bps) == (True, "regime", 2.5)
     assert TrainConfig.from_dict(c.to_dict()) == c
 

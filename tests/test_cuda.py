@@ -61,7 +61,7 @@ def worker(config, w):
 
 if __name__ == "__main__":
     n = int(sys.argv[1])
-    sys.exit(launch(TrainConfig(distributed=True, num_gpus=n, device="cuda"), "cuda", worker))
+    sys.exit(launch(TrainConfig(distributed=True, num_workers=n, device="cuda"), "cuda", worker))
 """
 
 

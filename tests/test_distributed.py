@@ -251,7 +251,7 @@ def test_a_worker_usage_error_exits_2_with_its_own_line_only(tmp_path):
             return 2
 
         if __name__ == "__main__":
-            sys.exit(launch(TrainConfig(distributed=True, num_gpus=2, device="cpu"), "cpu", worker))
+            sys.exit(launch(TrainConfig(distributed=True, num_workers=2, device="cpu"), "cpu", worker))
     """))
     root = Path(__file__).resolve().parents[1]
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
@@ -354,7 +354,7 @@ def worker(config, w):
     return 0
 
 if __name__ == "__main__":
-    sys.exit(launch(TrainConfig(distributed=True, num_gpus=2, device="cpu"), "cpu", worker))
+    sys.exit(launch(TrainConfig(distributed=True, num_workers=2, device="cpu"), "cpu", worker))
 """
 
 

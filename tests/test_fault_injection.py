@@ -356,8 +356,8 @@ def test_poisoned_batch_update_is_undone(tmp_path, monkeypatch):
     config = config_from_args([*TINY, "--episodes", "8"])
     trainer = Trainer(config, Worker(LocalComm(), 0, torch.device("cpu")), None, StopRequest())
     try:
-        trainer._collect_rollout()
-        batch = trainer.buffer.finish(*trainer._bootstrap(), config.gamma, config.gae_lambda)
+        trainer.rollout.collect(trainer.state.update)
+        batch = trainer.rollout.finish()
         batch.rewards[0, 0] = batch.advantages[3, 1] = float("nan")
         batch.returns[3, 1] = float("inf")
         before = {k: v.clone() for k, v in trainer.agent.state_dict().items()}
@@ -573,7 +573,7 @@ def worker(config, w):
     return 0
 
 if __name__ == "__main__":
-    sys.exit(launch(TrainConfig(distributed=True, num_gpus=2, device="cpu"), "cpu", worker))
+    sys.exit(launch(TrainConfig(distributed=True, num_workers=2, device="cpu"), "cpu", worker))
 """
 
 

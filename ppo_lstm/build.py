@@ -1,0 +1,40 @@
+"""The agent and its optimizer, built from a :class:`TrainConfig`; and the check that a
+checkpoint's model has the sizes a config asks for."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .agent import RecurrentActorCritic
+from .config import TrainConfig
+from .errors import UsageError
+
+
+def build_agent(config: TrainConfig) -> RecurrentActorCritic:
+    """The recurrent actor-critic of ``config``'s sizes (obs ``[window + 3]``, ``2K+1`` actions)."""
+    return RecurrentActorCritic(config.env.obs_dim, config.env.num_actions, config.hidden_size, config.lstm_size)
+
+
+def build_optimizer(config: TrainConfig, agent: RecurrentActorCritic) -> torch.optim.Adam:
+    """Adam with two parameter groups: actor (encoder, LSTM, policy) and critic (value head)."""
+    return torch.optim.Adam([
+        {"params": agent.actor_parameters(), "lr": config.learning_rate_actor, "name": "actor"},
+        {"params": agent.critic_parameters(), "lr": config.learning_rate_critic, "name": "critic"},
+    ], eps=1e-5, foreach=True)
+
+
+def check_model_matches(config: TrainConfig, saved: dict[str, Any], path: Path) -> None:
+    """UsageError naming both sizes when the checkpoint's model differs from the flags'."""
+    ours = {k: tuple(v.shape) for k, v in build_agent(config).state_dict().items()}
+    theirs = {k: tuple(v.shape) for k, v in saved["model"].items()}
+    if ours == theirs:
+        return
+    old = TrainConfig.from_dict(saved.get("config", {}))
+
+    def sizes(c: TrainConfig) -> str:
+        return (f"--hidden-size {c.hidden_size} --lstm-size {c.lstm_size} --window {c.env.window} "
+                f"--max-position {c.env.max_position}{' --no-short' if c.env.no_short else ''}")
+    raise UsageError(f"checkpoint {path} holds a model built with {sizes(old)}, but this run asks for "
+                     f"{sizes(config)}; use the checkpoint's sizes or another --checkpoint-dir")

@@ -1,0 +1,173 @@
+"""Collectives: the :class:`Comm` interface the rest of the code sees, its one-process
+and torch.distributed implementations, and the parameter sync check."""
+from __future__ import annotations
+
+import io
+import re
+import warnings
+from typing import Any, Optional, Protocol
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+
+class CommError(Exception):
+    """A collective failed: another rank failed or left, the network broke, or --dist-timeout passed."""
+
+
+class Comm(Protocol):
+    """The collective operations the trainer uses. Every rank must call them in the same order.
+
+    Tensors may live on any device; results come back on the device of the tensor given.
+    """
+
+    rank: int
+    world_size: int
+
+    def gather(self, tensor: Tensor, dim: int = 0) -> Tensor:
+        """Concatenate every rank's ``tensor`` along ``dim`` (rank order); equal shapes required."""
+
+    def mean(self, tensor: Tensor) -> Tensor:
+        """Elementwise mean of ``tensor`` over ranks."""
+
+    def sum(self, tensor: Tensor) -> Tensor:
+        """Elementwise sum of ``tensor`` over ranks."""
+
+    def gather_objects(self, obj: Any) -> list[Any]:
+        """Every rank's picklable ``obj``, in rank order, on every rank."""
+
+    def barrier(self) -> None:
+        """Wait until every rank gets here."""
+
+    def broadcast_(self, tensor: Tensor, src: int = 0) -> None:
+        """Overwrite ``tensor`` in place with rank ``src``'s copy."""
+
+
+class LocalComm:
+    """A world of one process: every collective is the identity."""
+
+    rank = 0
+    world_size = 1
+
+    def gather(self, tensor: Tensor, dim: int = 0) -> Tensor:
+        return tensor
+
+    def mean(self, tensor: Tensor) -> Tensor:
+        return tensor
+
+    def sum(self, tensor: Tensor) -> Tensor:
+        return tensor
+
+    def gather_objects(self, obj: Any) -> list[Any]:
+        return [obj]
+
+    def barrier(self) -> None:
+        pass
+
+    def broadcast_(self, tensor: Tensor, src: int = 0) -> None:
+        pass
+
+
+def wire_device(backend: str, device: torch.device) -> torch.device:
+    """The device every tensor must be on when handed to ``backend``'s collectives:
+    the CPU for gloo; the worker's own device (its GPU) for NCCL."""
+    return torch.device("cpu") if backend == "gloo" else torch.device(device)
+
+
+class TorchComm:
+    """Collectives over an initialised torch.distributed process group.
+
+    Tensors from any device go in: each is copied to :attr:`device`, where the backend
+    needs it (:func:`wire_device`), and the result comes back on the tensor's own device.
+    That matters under NCCL, where the parameters are on the GPU but Adam keeps its
+    ``step`` counts on the CPU.
+
+    ``device`` is the worker's device (default: the current CUDA device under NCCL).
+    ``collectives`` is :mod:`torch.distributed`; a test may pass a stand-in offering the
+    same functions (``get_rank``, ``get_world_size``, ``get_backend``, ``all_gather``,
+    ``all_reduce``, ``broadcast``, ``all_gather_object``, ``barrier``).
+    """
+
+    def __init__(self, device: Optional[torch.device] = None, collectives: Any = dist) -> None:
+        self._dist = collectives
+        self.rank = collectives.get_rank()
+        self.world_size = collectives.get_world_size()
+        backend = collectives.get_backend()
+        if device is None:
+            device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+        self.device = wire_device(backend, device)
+
+    def _run(self, collective: str, *args: Any) -> None:
+        """Call ``collective``; a backend failure (a peer gone, a timeout) becomes a :class:`CommError`."""
+        try:
+            getattr(self._dist, collective)(*args)
+        except RuntimeError as err:  # DistBackendError, DistNetworkError, gloo's "Connection closed by peer", ...
+            raise CommError(f"{collective}: {one_line(err)}") from err
+
+    def _wire(self, tensor: Tensor, copy: bool = False) -> Tensor:
+        """``tensor`` on the wire device, contiguous; a private copy when ``copy`` (the collective writes into it)."""
+        return tensor.detach().to(self.device, copy=copy).contiguous()
+
+    def gather(self, tensor: Tensor, dim: int = 0) -> Tensor:
+        local = self._wire(tensor)
+        parts = [torch.empty_like(local) for _ in range(self.world_size)]
+        self._run("all_gather", parts, local)
+        return torch.cat(parts, dim=dim).to(tensor.device)
+
+    def sum(self, tensor: Tensor) -> Tensor:
+        total = self._wire(tensor, copy=True)
+        self._run("all_reduce", total)  # the default op: SUM
+        return total.to(tensor.device)
+
+    def mean(self, tensor: Tensor) -> Tensor:
+        return self.sum(tensor) / self.world_size
+
+    def gather_objects(self, obj: Any) -> list[Any]:
+        # Tensors inside all_gather_object's own pickles do not load back in torch 2.13,
+        # so objects travel as torch.save bytes and load with weights_only=True.
+        buffer = io.BytesIO()
+        torch.save(obj, buffer)
+        out: list[Any] = [None] * self.world_size
+        self._run("all_gather_object", out, buffer.getvalue())
+        return [torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True) for raw in out]
+
+    def barrier(self) -> None:
+        self._run("barrier")
+
+    def broadcast_(self, tensor: Tensor, src: int = 0) -> None:
+        wire = self._wire(tensor, copy=True)
+        self._run("broadcast", wire, src)
+        with torch.no_grad():
+            tensor.copy_(wire)
+
+
+def parameters_in_sync(comm: Comm, module: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None) -> bool:
+    """Compare a bit-level checksum of the parameters across ranks; on a mismatch,
+    broadcast rank 0's parameters (and optimizer state) to every rank and warn.
+
+    Returns True when every rank already held the same parameters.
+    """
+    if comm.world_size == 1:
+        return True
+    flat = torch.cat([p.detach().reshape(-1).float() for p in module.parameters()])
+    bits = flat.view(torch.int32).to(torch.int64)
+    checksum = torch.stack([bits.sum(), (bits * torch.arange(1, bits.numel() + 1, device=bits.device)).sum()])
+    rows = comm.gather(checksum.unsqueeze(0), dim=0)  # [W, 2]
+    if bool((rows == rows[0]).all()):
+        return True
+    tensors = [p.data for p in module.parameters()]
+    if optimizer is not None:  # Adam's step counts live on the CPU, its moments with the parameters
+        tensors += [v for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)]
+    for tensor in tensors:
+        comm.broadcast_(tensor, src=0)
+    if comm.rank == 0:
+        warnings.warn("parameters diverged across ranks; re-synchronised from rank 0", RuntimeWarning, stacklevel=2)
+    return False
+
+
+def one_line(err: BaseException) -> str:
+    """The first line of ``err``'s message (or its type's name), without a C++ source
+    location such as ``[/path/pair.cc:553] ``, at most 300 characters."""
+    text = re.sub(r"^\[[^\]\s]+:\d+\]\s*", "", str(err).strip())
+    return (text.splitlines()[0] if text else type(err).__name__)[:300]

@@ -1,0 +1,167 @@
+"""The state of a run: its counters and episode quotas, the rules for resuming it (on the
+same or another layout), and the checkpoint dict that carries it.
+
+Every counter is equal on every rank, except ``rank_episodes`` and ``share`` (this rank's
+episodes counted so far, and how many it must count).
+"""
+from __future__ import annotations
+
+import datetime
+import math
+import random
+import secrets
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from .checkpoint import from_safe, to_safe
+from .config import TrainConfig
+from .distributed import episode_share, remaining_episode_shares
+from .logger import EpisodeTotals
+from .rollout import RolloutCollector
+
+CHECKPOINT_FORMAT = 1
+
+
+def new_run_id() -> str:
+    """A run's identity, kept across resumes: its start time and a random tag."""
+    return f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(4)}"
+
+
+@dataclass
+class RunState:
+    """Counters of a run; see the module docstring."""
+
+    share: int
+    next_log_at: int
+    next_checkpoint_at: int
+    run_id: str = field(default_factory=new_run_id)
+    update: int = 0
+    global_episodes: int = 0
+    rank_episodes: int = 0
+    env_steps: int = 0
+    interval_totals: EpisodeTotals = field(default_factory=EpisodeTotals)  # since the last log line
+    checkpoint_totals: EpisodeTotals = field(default_factory=EpisodeTotals)  # since the last checkpoint
+    best_score: float = -math.inf
+
+    @classmethod
+    def fresh(cls, config: TrainConfig, rank: int, world_size: int) -> "RunState":
+        return cls(episode_share(config.episodes, rank, world_size), config.log_interval, config.checkpoint_interval)
+
+    # ------------------------------------------------------------------ counting
+
+    @property
+    def rank_done(self) -> bool:
+        return self.rank_episodes >= self.share
+
+    def take_quota(self, records: np.ndarray) -> np.ndarray:
+        """The records ``[k, 6]`` this rank counts: the first ones, up to its share."""
+        counted = records[: max(0, self.share - self.rank_episodes)]
+        self.rank_episodes += len(counted)
+        return counted
+
+    def count(self, records: list[list[float]], config: TrainConfig) -> tuple[list[tuple[int, EpisodeTotals]],
+                                                                             EpisodeTotals]:
+        """Count every rank's episodes of an update one by one. Returns the log lines due,
+        as (episode number, totals since the previous line), and the update's totals."""
+        lines = []
+        for record in records:
+            self.global_episodes += 1
+            self.interval_totals.add(EpisodeTotals.of_records([record]))
+            if self.global_episodes >= self.next_log_at or self.global_episodes == config.episodes:
+                lines.append((self.global_episodes, self.interval_totals))
+                self.interval_totals = EpisodeTotals()
+                self.next_log_at = (self.global_episodes // config.log_interval + 1) * config.log_interval
+        update_totals = EpisodeTotals.of_records(records)
+        self.checkpoint_totals.add(update_totals)
+        return lines, update_totals
+
+    def close_checkpoint_period(self, checkpoint_interval: int) -> tuple[float, bool]:
+        """The period's score (mean dollar return of its episodes; -inf without any) and
+        whether it is the best so far; starts the next period."""
+        totals = self.checkpoint_totals
+        score = totals.dollar_return / totals.episodes if totals.episodes else -math.inf
+        is_best = score > self.best_score
+        self.best_score = max(self.best_score, score)
+        self.checkpoint_totals = EpisodeTotals()
+        self.next_checkpoint_at = (self.global_episodes // checkpoint_interval + 1) * checkpoint_interval
+        return score, is_best
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def checkpoint(self, config: TrainConfig, world_size: int, agent: torch.nn.Module,
+                   optimizer: torch.optim.Optimizer, permutation_generator: torch.Generator,
+                   ranks: list[dict[str, Any]], score: float) -> dict[str, Any]:
+        """The checkpoint dict: weights, optimizer, config, counters and every rank's state."""
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "run_id": self.run_id,
+            "model": {k: v.detach().cpu() for k, v in agent.state_dict().items()},
+            "optimizer": optimizer.state_dict(),
+            "config": config.to_dict(),
+            "world_size": world_size,
+            "permutation_generator": permutation_generator.get_state(),
+            "counters": {
+                "update": self.update, "global_episodes": self.global_episodes, "env_steps": self.env_steps,
+                "interval_totals": self.interval_totals.as_list(),
+                "checkpoint_totals": self.checkpoint_totals.as_list(),
+                "next_log_at": self.next_log_at, "next_checkpoint_at": self.next_checkpoint_at,
+                "best_score": self.best_score, "score": score,
+            },
+            "ranks": ranks,
+        }
+
+    def restore(self, state: dict[str, Any], config: TrainConfig, rank: int, world_size: int) -> Optional[str]:
+        """Take the counters of checkpoint ``state``, and this rank's quota.
+
+        Returns None when this rank continues its own saved stream (same world size,
+        ``--num-envs`` and market), else the warning to print: then what is left is
+        split afresh and the envs must restart.
+        """
+        counters = state["counters"]
+        self.update, self.global_episodes = counters["update"], counters["global_episodes"]
+        self.env_steps = counters["env_steps"]
+        self.interval_totals = EpisodeTotals.from_list(counters["interval_totals"])
+        self.checkpoint_totals = EpisodeTotals.from_list(counters["checkpoint_totals"])
+        self.next_log_at, self.next_checkpoint_at = counters["next_log_at"], counters["next_checkpoint_at"]
+        self.best_score = counters["best_score"]
+        self.run_id = state.get("run_id") or self.run_id  # a checkpoint of an older format carries none
+        saved_world, saved_envs = state["world_size"], state["config"]["num_envs"]
+        same_layout = (saved_world == world_size and len(state["ranks"]) == world_size
+                       and saved_envs == config.num_envs)
+        same_market = state["config"]["env"] == config.to_dict()["env"] and state["config"]["data"] == config.data
+        if same_layout and same_market:
+            self.rank_episodes = state["ranks"][rank]["rank_episodes"]
+            done = [r["rank_episodes"] for r in state["ranks"]]
+            self.share = self.rank_episodes + remaining_episode_shares(config.episodes, done, world_size)[rank]
+            return None
+        self.rank_episodes = 0
+        self.share = remaining_episode_shares(max(0, config.episodes - self.global_episodes), [], world_size)[rank]
+        why = (f"the checkpoint was written by {saved_world} worker(s) x {saved_envs} envs and this run has "
+               f"{world_size} x {config.num_envs}" if not same_layout else "the environment settings changed")
+        return (f"warning: {why}: weights, optimizer and counters restored; environments and per-rank RNG "
+                f"streams restarted")
+
+
+def capture_rank_state(rank_episodes: int, rollout: RolloutCollector) -> dict[str, Any]:
+    """Everything one rank needs to continue bit for bit: its count, the process-wide RNGs
+    and its rollout state (in checkpoint-safe containers)."""
+    return to_safe({
+        "rank_episodes": rank_episodes,
+        "torch_rng": torch.get_rng_state(),
+        "numpy_rng": np.random.get_state(),
+        "python_rng": random.getstate(),
+        **rollout.state(),
+    })
+
+
+def restore_rank_state(saved: dict[str, Any], rollout: RolloutCollector) -> None:
+    """Inverse of :func:`capture_rank_state` (the count is restored by :meth:`RunState.restore`)."""
+    saved = from_safe(saved)
+    torch.set_rng_state(saved["torch_rng"])
+    np.random.set_state(saved["numpy_rng"])
+    version, internal, gauss = saved["python_rng"]
+    random.setstate((version, tuple(internal), gauss))  # setstate wants tuples all the way down
+    rollout.load_state(saved)

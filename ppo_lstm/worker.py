@@ -1,0 +1,105 @@
+"""The body of every worker, whichever way it was launched: rank 0 locks the run dir and
+resumes or claims it, every rank builds its :class:`Trainer` and trains.
+
+Set-up problems on any rank are agreed on collectively, so a bad input on one rank
+stops every rank with exit 2 instead of leaving the others waiting in a collective.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from .checkpoint import CheckpointDir, CheckpointError, RunLock
+from .config import TrainConfig, resumed_config, validate
+from .distributed import Worker, WorkerFailed
+from .errors import EXIT_USAGE, TrainingError, UsageError
+from .shutdown import StopRequest
+from .trainer import Trainer
+
+LOCK_HELD_VARIABLE = "PPO_LSTM_LOCK_HELD"  # set by a launcher that holds the run lock itself
+
+
+def train_worker(config: TrainConfig, worker: Worker, given: frozenset[str] = frozenset()) -> int:
+    """The body of every worker, whichever way it was launched. Returns an exit code.
+
+    ``given`` names the settings the command line gave: on ``--resume`` every other
+    setting comes from the checkpoint. Set-up problems on any rank are agreed on
+    collectively (two fixed collectives, whatever fails where), so a bad input on
+    one rank stops every rank with exit 2 instead of leaving the others waiting in
+    a collective. A failure after that (a full disk, repeated non-finite updates)
+    raises :class:`WorkerFailed` after this rank's clean-up; the launch code reports
+    it and ends the job, as it does for any other exception.
+    """
+    comm = worker.comm
+    stop = StopRequest()
+    stop.install()
+    lock: Optional[RunLock] = None
+    found: Optional[tuple[str, dict[str, Any]]] = None
+    notes: list[str] = []
+    failure = ""
+    if comm.rank == 0:  # step 1: rank 0 alone locks the run dir, then resumes or claims it
+        try:
+            lock = _lock_run(config)
+            found = _find_resume(config)
+            if found is None:
+                notes += _claim_run_dir(config)
+        except (UsageError, CheckpointError) as err:
+            failure = str(err)
+    failure, found, notes = comm.gather_objects((failure, found, notes))[0]
+    trainer: Optional[Trainer] = None
+    if not failure:  # step 2: every rank builds its trainer
+        try:
+            if found is not None:
+                config, changes = resumed_config(config, given, found[1]["config"])
+                validate(config, comm.world_size)
+                notes.append(f"Settings changed on resume: {', '.join(changes)}" if changes
+                             else "Settings: as in the checkpoint")
+            trainer = Trainer(config, worker, (Path(found[0]), found[1]) if found else None, stop, tuple(notes))
+        except (UsageError, CheckpointError) as err:
+            failure = str(err)
+        failure = next((f for f in comm.gather_objects(failure) if f), "")
+    try:
+        if failure:
+            if comm.rank == 0:
+                print(f"error: {failure}", file=sys.stderr)
+            return EXIT_USAGE
+        assert trainer is not None
+        return trainer.run()
+    except (TrainingError, CheckpointError) as err:
+        raise WorkerFailed(str(err)) from None
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _lock_run(config: TrainConfig) -> Optional[RunLock]:
+    """Lock the checkpoint dir, unless the launching process already holds the lock."""
+    if os.environ.get(LOCK_HELD_VARIABLE) == "1":
+        return None
+    lock = RunLock(config.checkpoint_dir)
+    lock.acquire()
+    return lock
+
+
+def _claim_run_dir(config: TrainConfig) -> list[str]:
+    """A fresh run's claim on --checkpoint-dir: refused if it holds a run, unless --overwrite,
+    which moves that run aside. Returns the start-up notes (what was moved where)."""
+    directory = CheckpointDir(config.checkpoint_dir)
+    if not config.overwrite:
+        directory.refuse_if_taken()
+        return []
+    held = directory.describe_run()
+    moved = directory.move_aside()
+    return [f"--overwrite: moved {held[0]} into {moved}/"] if held is not None and moved is not None else []
+
+
+def _find_resume(config: TrainConfig) -> Optional[tuple[str, dict[str, Any]]]:
+    """With --resume, the newest valid checkpoint (path, state); warns about skipped files."""
+    if not config.resume:
+        return None
+    path, state, skipped = CheckpointDir(config.checkpoint_dir).load_newest_valid()
+    for line in skipped:
+        print(f"warning: {line}; falling back to an older checkpoint", file=sys.stderr)
+    return str(path), state
