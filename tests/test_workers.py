@@ -20,7 +20,6 @@ import torch
 
 from conftest import SPAWN2, TINY, TRAIN, episode_lines, run_cli
 from ppo_lstm.config import TrainConfig, validate
-from ppo_lstm.distributed import threads_per_worker
 from ppo_lstm.errors import UsageError
 
 pytestmark = pytest.mark.timeout(180)
@@ -49,6 +48,8 @@ def startup_line(stdout: str) -> str:
     (2, "3", 2),  # --threads wins over OMP_NUM_THREADS
 ])
 def test_threads_per_worker_rule(flag, omp, expected):
+    from ppo_lstm.distributed import threads_per_worker
+
     environ = {} if omp is None else {"OMP_NUM_THREADS": omp}
     assert threads_per_worker(TrainConfig(threads=flag), environ) == expected
 
@@ -146,7 +147,9 @@ def test_more_cpu_workers_than_cores_warns_once(cwd):
 
 
 def test_cpu_workers_within_the_cores_do_not_warn(cwd):
-    if (os.cpu_count() or 1) < 2:
+    from ppo_lstm.distributed import usable_cores
+
+    if usable_cores() < 2:
         pytest.skip("needs 2 cores")
     result = run_cli(cwd, *TINY, *SPAWN2, "--episodes", "2", "--threads", "1")
     assert result.returncode == 0, result.output

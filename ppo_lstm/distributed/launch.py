@@ -99,22 +99,27 @@ def launch(config: TrainConfig, device: str, worker_fn: WorkerFn) -> int:
             print(f"error: {err}", file=sys.stderr)
             return 1
     os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # a failed NCCL collective raises, as under torchrun
-    port = choose_master_port(config)
+    store, port = _host_store(config)  # the launcher hosts the rendezvous store: it outlives every worker
     os.environ["MASTER_ADDR"] = config.master_addr
     os.environ["MASTER_PORT"] = str(port)
     os.environ["WORLD_SIZE"] = str(world_size)
-    store = _host_store(config, port)  # the launcher hosts the rendezvous store: it outlives every worker
     announce_workers(config, device, world_size)
     return _spawn(config, device, worker_fn, world_size, store)
 
 
-def _host_store(config: TrainConfig, port: int) -> dist.TCPStore:
-    try:
-        return dist.TCPStore(config.master_addr, port, is_master=True, wait_for_workers=False,
-                             timeout=datetime.timedelta(seconds=config.dist_timeout))
-    except RuntimeError as err:  # taken since choose_master_port looked, or an address not of this machine
-        raise UsageError(f"cannot listen on {config.master_addr}:{port} for the workers' rendezvous "
-                         f"({one_line(err)}); pass another --master-port or --master-addr") from None
+def _host_store(config: TrainConfig) -> tuple[dist.TCPStore, int]:
+    """The rendezvous store, listening on :func:`choose_master_port`'s port (another free
+    one if someone took that port meanwhile and the user did not choose it)."""
+    for attempt in range(3):
+        port = choose_master_port(config) if attempt == 0 else _free_port(config.master_addr)
+        try:
+            return dist.TCPStore(config.master_addr, port, is_master=True, wait_for_workers=False,
+                                 timeout=datetime.timedelta(seconds=config.dist_timeout)), port
+        except RuntimeError as err:  # the port was taken since we looked, or the address is not this machine's
+            if config.master_port is not None or attempt == 2:
+                raise UsageError(f"cannot listen on {config.master_addr}:{port} for the workers' rendezvous "
+                                 f"({one_line(err)}); pass another --master-port or --master-addr") from None
+    raise AssertionError("unreachable")
 
 
 def _spawn(config: TrainConfig, device: str, worker_fn: WorkerFn, world_size: int, store: dist.TCPStore) -> int:
