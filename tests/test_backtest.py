@@ -220,6 +220,17 @@ def test_simulated_backtest_is_seeded_chained_and_disjoint_from_training_seeds()
     assert np.allclose(a.equity[1:].reshape(N, L), expected, rtol=1e-12, atol=0)
 
 
+def test_backtests_leave_the_global_generators_alone() -> None:
+    """The trainer may call them between updates: its bitwise resume must not notice."""
+    agent, data = sharp_agent(CFG), walk(120, seed=7)
+    torch_state, numpy_state = torch.get_rng_state(), np.random.get_state()
+    backtest_history(agent, CFG, data, greedy=False, seed=3)
+    backtest_simulated(agent, CFG, 2, seed=3, greedy=False)
+    assert torch.equal(torch.get_rng_state(), torch_state)
+    after = np.random.get_state()
+    assert np.array_equal(after[1], numpy_state[1]) and after[2:] == numpy_state[2:]
+
+
 def test_policy_stepper_matches_the_agents_forward() -> None:
     agent = sharp_agent(CFG, seed=3, gain=1.0)
     obs = torch.randn(40, 4, CFG.obs_dim)
