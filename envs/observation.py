@@ -6,7 +6,8 @@ Observation at bar ``t`` (decision ``j = t - W``), [W+3] float32:
   of the ``W`` returns ending at that bar (for an episode's first ``W`` bars: of
   its first full window, bars ``1..W``), clipped to +-5 -- scale free and causal
   (nothing after bar ``t``, since ``t >= W``). On historical data the normalised
-  returns of the whole file are computed once (``normalised_returns``), so the RMS
+  returns of the whole file (up to the end of the market's span, if it has one) are
+  computed once (``normalised_returns``), so the RMS
   window of an episode's first bars runs over the file's preceding bars (only the
   file's first ``W`` bars share its first full window);
 * ``[W]``    position / K (in -1..1);
