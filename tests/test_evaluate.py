@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import ROOT, TINY, Result, Run, run_cli
+from conftest import ROOT, TINY, Result, Run, free_port, run_cli
 from ppo_lstm.evaluate import main
 from ppo_lstm.report import CSV_COLUMNS, ROWS
 
@@ -146,7 +146,8 @@ def test_simulated_evaluation_is_deterministic_and_sampling_reproducible(in_trai
 
 def test_a_checkpoint_written_by_two_workers_evaluates_like_any_other(cwd: Path, monkeypatch: pytest.MonkeyPatch,
                                                                       capsys: pytest.CaptureFixture) -> None:
-    result = run_cli(cwd, *TINY, "--distributed", "--num-workers", "2", "--episodes", "8", timeout=180)
+    result = run_cli(cwd, *TINY, "--distributed", "--num-workers", "2", "--episodes", "8",
+                     "--master-port", str(free_port()), timeout=180)
     assert result.returncode == 0, result.output
     path = cwd / "checkpoints" / (cwd / "checkpoints" / "latest").read_text().strip()
     state = torch.load(path, map_location="cpu", weights_only=True)
