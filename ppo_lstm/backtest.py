@@ -61,6 +61,7 @@ class BacktestResult:
     ``time`` ``[T+1]``: datetime64[ns] stamps of the bars (history), or bar numbers 0..T
     (simulated); ``close``, ``equity``, ``buy_and_hold_equity`` ``[T+1]``, row 0 being the
     first decision bar; ``position`` ``[T]``: the agent's signed lots held during bars 1..T.
+    Simulated: rows ``kL+1..(k+1)L`` are episode k's bars (its own path's closes).
     """
 
     time: np.ndarray
@@ -74,6 +75,7 @@ class BacktestResult:
     slippage_bps: float
     periods_per_year: float
     simulated: bool
+    episode_length: Optional[int] = None  # simulated: bars per chained episode
 
     @property
     def bars(self) -> int:
@@ -182,7 +184,7 @@ def backtest_simulated(agent: RecurrentActorCritic, env_config: EnvConfig, episo
         time=np.arange(episodes * L + 1, dtype=np.int64), close=close, equity=curves[0][0],
         buy_and_hold_equity=curves[1][0], position=curves[0][1].astype(np.int64), agent=metrics[0],
         buy_and_hold=metrics[1], fee_bps=env_config.fee_bps, slippage_bps=env_config.slippage_bps,
-        periods_per_year=SIMULATED_PERIODS_PER_YEAR, simulated=True)
+        periods_per_year=SIMULATED_PERIODS_PER_YEAR, simulated=True, episode_length=L)
 
 
 # ----------------------------------------------------------------------------- the engine

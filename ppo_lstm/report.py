@@ -100,16 +100,35 @@ def _drawdown_pct(equity: np.ndarray) -> np.ndarray:
     return 100.0 * (equity / np.maximum.accumulate(equity) - 1.0)
 
 
-def trade_marks(position: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def trade_marks(position: np.ndarray, episode_length: Optional[int] = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows (``1..T`` of the ``[T+1]`` curves) where a long is entered, a short is entered,
-    and a position is exited (to flat or reversed), from ``position [T]``."""
+    and a position is exited (to flat or reversed), from ``position [T]``. With
+    ``episode_length`` L, every L-th bar starts an episode from flat."""
     new = np.asarray(position, dtype=np.float64)
     old = np.concatenate(([0.0], new[:-1]))
+    if episode_length:
+        old[::episode_length] = 0.0
     side, was = np.sign(new), np.sign(old)
     entered = (side != 0) & (side != was)
     exited = (was != 0) & (side != was)
     return np.flatnonzero(entered & (side > 0)) + 1, np.flatnonzero(entered & (side < 0)) + 1, \
         np.flatnonzero(exited) + 1
+
+
+def _draw_price(ax: Any, x: Any, result: BacktestResult) -> None:
+    """The close against ``x``; simulated episodes (each its own path and price level) as
+    separate segments on a log scale, dotted lines at their starts."""
+    if not result.simulated or result.episode_length is None:
+        ax.plot(x, result.close, color="0.35", linewidth=0.9, label="close")
+        return
+    L = result.episode_length
+    for k, first in enumerate(range(0, len(result.close) - 1, L)):
+        rows = slice(first + 1 if k else 0, first + L + 1)  # episode k: rows kL+1..(k+1)L (row 0 starts the first)
+        ax.plot(x[rows], result.close[rows], color="0.35", linewidth=0.9, label="close" if k == 0 else None)
+        if k:
+            ax.axvline(first + 0.5, color="0.6", linewidth=0.6, linestyle=":")
+    ax.set_yscale("log")
 
 
 def plot(result: BacktestResult, title: str, out: Path) -> None:
@@ -120,8 +139,8 @@ def plot(result: BacktestResult, title: str, out: Path) -> None:
     fig, (price, equity, drawdown) = plt.subplots(3, 1, figsize=FIGSIZE, dpi=DPI, sharex=True,
                                                   gridspec_kw={"height_ratios": [2, 2, 1]})
     try:
-        price.plot(x, result.close, color="0.35", linewidth=0.9, label="close")
-        longs, shorts, exits = trade_marks(result.position)
+        _draw_price(price, x, result)
+        longs, shorts, exits = trade_marks(result.position, result.episode_length)
         price.scatter(x[longs], result.close[longs], marker="^", color="tab:green", s=22, zorder=3,
                       label="enter long")
         price.scatter(x[shorts], result.close[shorts], marker="v", color="tab:red", s=22, zorder=3,

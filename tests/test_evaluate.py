@@ -16,7 +16,7 @@ import torch
 
 from conftest import ROOT, TINY, Result, Run, free_port, run_cli
 from ppo_lstm.evaluate import main
-from ppo_lstm.report import CSV_COLUMNS, ROWS
+from ppo_lstm.report import CSV_COLUMNS, ROWS, trade_marks
 
 EVALUATE = [sys.executable, "-m", "ppo_lstm.evaluate"]
 NO_MATPLOTLIB = [sys.executable, "-c", "import sys; sys.modules['matplotlib'] = None; "
@@ -60,6 +60,21 @@ def one_json(result: Result) -> dict:
     lines = result.stdout.splitlines()
     assert len(lines) == 1, result.stdout
     return json.loads(lines[0])
+
+
+def json_of(capsys: pytest.CaptureFixture, *argv: str) -> dict:
+    """``main(argv)`` in this process: exit 0, nothing on stderr, the JSON object it prints."""
+    assert main(list(argv)) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    return json.loads(out)
+
+
+@pytest.fixture
+def in_trained(trained: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``trained``, as the current directory."""
+    monkeypatch.chdir(trained)
+    return trained
 
 
 def test_json_keys_equity_csv_and_buy_and_hold_by_hand(trained: Path) -> None:
@@ -121,6 +136,21 @@ def test_table_and_a_valid_png(trained: Path) -> None:
         image.verify()
 
 
+def test_simulated_plot_and_trade_marks(in_trained: Path, capsys: pytest.CaptureFixture) -> None:
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    assert main(["--checkpoint", "checkpoints", "--episodes", "3", "--plot", "sim.png"]) == 0
+    assert "plot: sim.png" in capsys.readouterr().out
+    with Image.open(in_trained / "sim.png") as image:
+        assert image.size == (1100, 800)
+    # rows 1..T of the curves: entries of each side and exits (to flat or reversed)
+    longs, shorts, exits = trade_marks(np.array([1, 1, 0, -1, -1, 1]))
+    assert longs.tolist() == [1, 6] and shorts.tolist() == [4] and exits.tolist() == [3, 6]
+    longs, shorts, exits = trade_marks(np.array([1, 1, 1, 1, 0, 0]), episode_length=3)  # episodes start flat
+    assert longs.tolist() == [1, 4] and shorts.tolist() == [] and exits.tolist() == [5]
+
+
 def test_without_matplotlib_a_line_names_the_extra_and_the_report_prints(trained: Path) -> None:
     result = evaluate_cli(trained, "--checkpoint", "checkpoints", "--data", "prices.csv", "--plot", "none.png",
                           "--equity-csv", "eq2.csv", launcher=NO_MATPLOTLIB)
@@ -158,21 +188,6 @@ def test_a_checkpoint_written_by_two_workers_evaluates_like_any_other(cwd: Path,
     two = json_of(capsys, "--checkpoint", "checkpoints", *args)
     assert json_of(capsys, "--checkpoint", "single.pt", *args) == two
     assert two["bars"] == 3 * 16
-
-
-def json_of(capsys: pytest.CaptureFixture, *argv: str) -> dict:
-    """``main(argv)`` in this process: exit 0, nothing on stderr, the JSON object it prints."""
-    assert main(list(argv)) == 0
-    out, err = capsys.readouterr()
-    assert err == ""
-    return json.loads(out)
-
-
-@pytest.fixture
-def in_trained(trained: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """``trained``, as the current directory."""
-    monkeypatch.chdir(trained)
-    return trained
 
 
 # ------------------------------------------------------------------ bad input: one line, exit 2
