@@ -29,13 +29,19 @@ if TYPE_CHECKING:
 class TradingCore:
     """N trading envs. ``reset_rows`` starts episodes, ``step`` applies actions [N], ``observe`` reads."""
 
-    def __init__(self, num_envs: int, config: EnvConfig, data: MarketData | None = None) -> None:
+    def __init__(self, num_envs: int, config: EnvConfig, data: MarketData | None = None, *,
+                 span: tuple[int, int] | None = None, time_scale: int | None = None) -> None:
+        """``span``: historical episodes lie within the file's bars ``span[0]..span[1]-1``
+        (``HistoricalMarket``); ``time_scale``: the time feature's scale (``Observer``).
+        Both default to what training uses: the whole file, the episode length."""
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+        if span is not None and data is None:
+            raise ValueError("span selects bars of historical data; pass data too")
         self.n, self.config, self.L = num_envs, config, config.episode_length
-        self.observer = Observer(num_envs, config)
+        self.observer = Observer(num_envs, config, time_scale)
         self.market: Market = (SimulatedMarket(num_envs, config, self.observer.z) if data is None
-                               else HistoricalMarket(num_envs, config, self.observer.z, data))
+                               else HistoricalMarket(num_envs, config, self.observer.z, data, span))
         self.ledger = Ledger(num_envs, config)
         self.rngs: list[np.random.Generator | None] = [None] * num_envs
         self._drawn_by: list[np.random.Generator | None] = [None] * num_envs  # what the market drew ahead from

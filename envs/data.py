@@ -63,7 +63,7 @@ from envs.data_checks import _adjust, _check_ohlc, _check_positive, _check_scale
 from envs.data_context import DataError, _Ctx
 from envs.data_time import _parse_time
 
-__all__ = ["DataError", "MarketData", "load_ohlcv"]
+__all__ = ["DataError", "MarketData", "load_ohlcv", "date_span"]
 
 SECONDS_PER_DAY = 86_400.0
 SECONDS_PER_YEAR = 365.0 * SECONDS_PER_DAY
@@ -298,3 +298,48 @@ def load_ohlcv(path: str | os.PathLike, date_format: str | None = None, min_rows
         volume=volume[order].astype(np.float64),
         bar_seconds=bar_seconds,
     )
+
+
+# ----------------------------------------------------------------------------- date slices
+
+
+def _parse_date(text: str, flag: str) -> tuple[pd.Timestamp, bool]:
+    """``text`` as a naive UTC timestamp, and whether it named a whole day (no time of day)."""
+    try:
+        stamp = pd.Timestamp(str(text).strip())
+    except (ValueError, TypeError, OverflowError):
+        stamp = pd.NaT
+    if stamp is pd.NaT or pd.isna(stamp):
+        raise DataError(f"{flag} {text!r} is not a date; use e.g. 2021-03-01 or '2021-03-01 14:30'")
+    if stamp.tzinfo is not None:
+        stamp = stamp.tz_convert("UTC").tz_localize(None)
+    whole_day = stamp == stamp.normalize() and ":" not in str(text)
+    return stamp, whole_day
+
+
+def date_span(data: MarketData, start: str | None = None, end: str | None = None) -> tuple[int, int]:
+    """Bars ``lo..hi-1`` of ``data`` with ``start <= time <= end`` (both inclusive, either may be None).
+
+    Dates are parsed by pandas (``2021-03-01``, ``2021-03-01T14:30``, ...); a time zone
+    is converted to UTC like the file's stamps. An ``end`` without a time of day
+    includes that whole day. Raises ``DataError`` (one line) for an unparseable date,
+    ``start`` after ``end``, or a range holding no bars.
+    """
+    times = data.timestamps
+    lo, hi = 0, len(times)
+    first, last = pd.Timestamp(times[0]), pd.Timestamp(times[-1])
+    t0 = t1 = None
+    if start is not None:
+        t0, _ = _parse_date(start, "--start")
+        lo = int(np.searchsorted(times, t0.to_datetime64(), side="left"))
+    if end is not None:
+        t1, whole_day = _parse_date(end, "--end")
+        if whole_day:
+            t1 = t1 + pd.Timedelta(days=1) - pd.Timedelta(1, "ns")
+        hi = int(np.searchsorted(times, t1.to_datetime64(), side="right"))
+    if t0 is not None and t1 is not None and t0 > t1:
+        raise DataError(f"--start {start} is after --end {end}; swap them")
+    if lo >= hi:
+        raise DataError(f"{data.source}: no bars from {start or 'the start'} to {end or 'the end'}; "
+                        f"the data runs from {first} to {last}")
+    return lo, hi

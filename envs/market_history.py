@@ -27,21 +27,32 @@ _START_EPISODES = 64  # episode starts per pool refill
 class HistoricalMarket(Market):
     """N envs on windows of one file's bars; ``start`` [N]: each env's first bar in the file."""
 
-    def __init__(self, num_envs: int, config: EnvConfig, z: np.ndarray, data: MarketData) -> None:
+    def __init__(self, num_envs: int, config: EnvConfig, z: np.ndarray, data: MarketData,
+                 span: tuple[int, int] | None = None) -> None:
+        """``span = (lo, hi)``: episodes lie within the file's bars ``lo..hi-1`` (default: all).
+
+        The normalised returns are those of the file's bars ``0..hi-1``: causal, so the
+        bars before ``lo`` warm up the RMS of the first window exactly as a training
+        episode starting at ``lo`` would see it, and nothing after ``hi - 1`` is read.
+        """
         super().__init__(num_envs, config, z)
         self.data_open = np.ascontiguousarray(data.open, dtype=np.float64)
         self.data_close = np.ascontiguousarray(data.close, dtype=np.float64)
         have = len(self.data_close)
-        if have < self.bars:
+        lo, hi = (0, have) if span is None else (int(span[0]), int(span[1]))
+        if not 0 <= lo < hi <= have:
+            raise ValueError(f"span {span} is not a range of bars within 0..{have}")
+        if hi - lo < self.bars:
             raise ValueError(
-                f"data has {have} bars but one episode needs window + episode_length + 1 = {self.bars}; "
+                f"data has {hi - lo} bars but one episode needs window + episode_length + 1 = {self.bars}; "
                 f"use a longer file or lower --window/--episode-length"
             )
         if not (np.all(self.data_open > 0) and np.all(self.data_close > 0)):
             raise ValueError("data open/close prices must all be > 0 (and not NaN)")
-        self._top = have - self.bars + 1  # start offsets 0.._top-1
+        self._lo = lo
+        self._top = hi - lo - self.bars + 1  # start offsets lo..lo+_top-1
         self._fingerprint = {"bars": have, "close_crc32": zlib.crc32(self.data_close.tobytes())}
-        zdata = normalised_returns(self.data_close, self.W)  # [bars-1], zdata[b-1] = bar b
+        zdata = normalised_returns(self.data_close[:hi], self.W)  # [hi-1], zdata[b-1] = bar b
         # row s: the normalised returns of an episode starting at bar s, as one raw item
         self._ep_item = np.dtype(f"V{4 * (self.bars - 1)}")
         self._zepisodes = sliding_window_view(zdata, self.bars - 1).view(self._ep_item)[:, 0]
@@ -70,6 +81,8 @@ class HistoricalMarket(Market):
     def begin(self, rows: np.ndarray, sel: Rows, rngs: list) -> np.ndarray:
         start = np.multiply(self._starts.take(rows, 1, rngs)[:, 0], self._top).astype(np.int64)
         np.minimum(start, self._top - 1, out=start)  # u * top may round up to top
+        if self._lo:
+            start += self._lo
         self.start[sel] = start
         self._gather_returns(sel, start)
         return self.data_close[start + self.W]
@@ -106,8 +119,9 @@ class HistoricalMarket(Market):
             )
         if "start" in state:
             start = np.asarray(state["start"]).astype(np.int64)
-            if start.shape != (self.n,) or start.min() < 0 or start.max() >= self._top:
-                raise ValueError(f"state['start'] must be {self.n} offsets in 0..{self._top - 1}")
+            lo, last = self._lo, self._lo + self._top - 1
+            if start.shape != (self.n,) or start.min() < lo or start.max() > last:
+                raise ValueError(f"state['start'] must be {self.n} offsets in {lo}..{last}")
         else:
             start = self._locate(open_, close)
         idx = start[:, None] + np.arange(self.bars)
@@ -121,7 +135,7 @@ class HistoricalMarket(Market):
         """Start offsets [N] of states saved before they were stored: where each env's bars are."""
         start = np.zeros(self.n, np.int64)
         for i in range(self.n):
-            at = np.flatnonzero(self.data_close[: self._top] == close[i, 0])
+            at = self._lo + np.flatnonzero(self.data_close[self._lo : self._lo + self._top] == close[i, 0])
             hits = [s for s in at.tolist() if np.array_equal(self.data_close[s : s + self.bars], close[i])
                     and np.array_equal(self.data_open[s : s + self.bars], open_[i])]
             if not hits:

@@ -6,12 +6,17 @@ Observation at bar ``t`` (decision ``j = t - W``), [W+3] float32:
   of the ``W`` returns ending at that bar (for an episode's first ``W`` bars: of
   its first full window, bars ``1..W``), clipped to +-5 -- scale free and causal
   (nothing after bar ``t``, since ``t >= W``). On historical data the normalised
-  returns of the whole file are computed once (``normalised_returns``), so the RMS
+  returns of the whole file (up to the end of the market's span, if it has one) are
+  computed once (``normalised_returns``), so the RMS
   window of an episode's first bars runs over the file's preceding bars (only the
   file's first ``W`` bars share its first full window);
 * ``[W]``    position / K (in -1..1);
 * ``[W+1]``  unrealised PnL of the open lots / initial cash * 10, clipped to +-10;
-* ``[W+2]``  bars held in the current position / episode_length (0..1).
+* ``[W+2]``  bars held in the current position / the time scale, clipped at 1 (0..1).
+  The time scale is the episode length, unless the observer is given another one: a
+  continuous backtest (``ppo_lstm.backtest``) passes the training episode length, so
+  a position held longer than a training episode reads 1, as at a training episode's
+  end. In training (scale = episode length, position age <= L) nothing is clipped.
 
 The markets write each episode's normalised returns into ``Observer.z`` ([N, W+L],
 ``z[:, b-1]`` is bar ``b``) with the two functions here; the observer cuts the
@@ -93,9 +98,14 @@ def normalise_paths(r: np.ndarray, window: int, csum: np.ndarray, ms: np.ndarray
 class Observer:
     """Builds the observations [m, W+3] of N envs from ``z`` and a ledger."""
 
-    def __init__(self, num_envs: int, config: EnvConfig) -> None:
+    def __init__(self, num_envs: int, config: EnvConfig, time_scale: int | None = None) -> None:
         n, W, L = num_envs, config.window, config.episode_length
         self.n, self.W, self.K, self.L = n, W, config.max_position, L
+        scale = L if time_scale is None else int(time_scale)
+        if scale < 1:
+            raise ValueError(f"time_scale must be at least 1, got {scale}")
+        self.per_bar_held = 1.0 / scale  # the time feature per bar held
+        self.clip_time = scale < L  # only then can a position's age exceed the scale
         self.pnl_per_dollar = UPNL_SCALE / config.initial_cash
         self.z = np.zeros((n, W + L), np.float32)  # [N, W+L] normalised returns, z[:, b-1] = bar b
         self.z_win = sliding_window_view(self.z, W, axis=1)  # [N, L+1, W] view: the windows
@@ -128,6 +138,8 @@ class Observer:
         upnl *= self.pnl_per_dollar
         np.minimum(upnl, UPNL_CLIP, out=upnl)
         np.maximum(upnl, -UPNL_CLIP, out=upnl)
-        np.multiply(held, 1.0 / self.L, out=f[2])
+        np.multiply(held, self.per_bar_held, out=f[2])
+        if self.clip_time:
+            np.minimum(f[2], 1.0, out=f[2])
         obs[:, W:] = f.T
         return obs

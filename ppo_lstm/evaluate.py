@@ -1,17 +1,42 @@
-"""Evaluate a policy on fresh episodes (held-out seeds): no learning, no side effects."""
+"""Evaluate a checkpoint: a backtest beside buy-and-hold, on a data file or on simulated markets.
+
+    python -m ppo_lstm.evaluate --checkpoint checkpoints --data prices.csv --start 2023-01-01
+    python -m ppo_lstm.evaluate --checkpoint checkpoints/best.pt --episodes 100 --seed 1 --json
+
+(also installed as ``evaluate-ppo-lstm``). The engine is ``ppo_lstm.backtest``, the
+outputs ``ppo_lstm.report``. Bad input ends with one ``error: ...`` line on stderr and
+exit code 2. ``evaluate()`` below plays one episode per seed (the learning test uses it).
+"""
 from __future__ import annotations
 
-from typing import Optional
+import argparse
+import json
+import math
+import os
+import re
+import sys
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+from typing import NoReturn, Optional
 
 import numpy as np
 import torch
 
 from envs.config import EnvConfig
-from envs.data import MarketData
+from envs.data import DataError, MarketData, date_span, load_ohlcv
 from envs.vector import VectorTradingEnv
 
 from .agent import RecurrentActorCritic
+from .backtest import BacktestResult, backtest_history, backtest_simulated
+from .checkpoint import BEST_NAME, LATEST_NAME, CheckpointDir, CheckpointError, load_checkpoint
+from .config import TrainConfig
+from .errors import EXIT_USAGE, UsageError
 from .logger import EpisodeTotals, episode_records
+from .report import format_table, plot, report_dict, write_equity_csv
+
+DEFAULT_EPISODES = 100
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 @torch.no_grad()
@@ -43,3 +68,220 @@ def evaluate(agent: RecurrentActorCritic, env_config: EnvConfig, seeds: list[int
         done |= finished
         starts = finished.float().to(device)
     return totals
+
+
+# ----------------------------------------------------------------------------- the command line
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line (and a pointer to --help), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        sys.exit(EXIT_USAGE)
+
+
+def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=prog or "python -m ppo_lstm.evaluate",
+        description="Backtest a trained checkpoint beside buy-and-hold (same bars, costs and lot size): on a "
+                    "data file as one continuous episode, or on the checkpoint's simulated market.",
+        epilog="Final positions are marked to market at the last close, without exit costs, for the agent and "
+               "buy-and-hold alike. Bad input: one 'error:' line on stderr, exit code 2.")
+    parser.add_argument("--checkpoint", required=True, type=Path, metavar="PATH",
+                        help="a .pt file, or a checkpoint dir (its best.pt, else the checkpoint 'latest' names)")
+    where = parser.add_argument_group("market: a data file, or the checkpoint's simulated market")
+    where.add_argument("--data", type=Path, metavar="PATH",
+                       help="OHLCV history (CSV or Parquet), traded as one continuous episode")
+    where.add_argument("--start", metavar="DATE", help="with --data: first bar of the slice (inclusive)")
+    where.add_argument("--end", metavar="DATE", help="with --data: last bar of the slice (inclusive; a date "
+                       "without a time of day includes that whole day)")
+    where.add_argument("--date-format", metavar="FMT", help="with --data: strftime format of the time column "
+                       "(default: detected)")
+    where.add_argument("--episodes", type=int, metavar="N", help="without --data: simulated episodes of the "
+                       f"training length, chained into one curve (default: {DEFAULT_EPISODES})")
+    where.add_argument("--seed", type=int, default=0, metavar="S",
+                       help="seed of the simulated paths (disjoint from training's) and of --sample (default: 0)")
+    policy = parser.add_argument_group("policy and costs")
+    policy.add_argument("--sample", action="store_true",
+                        help="sample actions from the policy (default: greedy, the most likely action)")
+    policy.add_argument("--fee-bps", type=float, metavar="BPS", help="fee per traded notional, overriding "
+                        "the checkpoint's")
+    policy.add_argument("--slippage-bps", type=float, metavar="BPS", help="adverse fill slippage, overriding "
+                        "the checkpoint's")
+    policy.add_argument("--device", default="cpu", metavar="DEV", help="torch device to run the policy on "
+                        "(cpu, cuda, cuda:1, ...)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    out.add_argument("--equity-csv", type=Path, metavar="PATH",
+                     help="write time,close,position,equity,buy_and_hold_equity, one row per bar")
+    out.add_argument("--plot", type=Path, metavar="PNG", help="draw price with trades, equity and drawdown "
+                     "(needs matplotlib: the 'plot' extra)")
+    return parser
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """UsageError (one line) for flags that do not go together or cannot work."""
+    if args.data is None:
+        for flag in ("start", "end", "date_format"):
+            if getattr(args, flag) is not None:
+                raise UsageError(f"--{flag.replace('_', '-')} selects bars of --data; pass --data too")
+    elif args.episodes is not None:
+        raise UsageError("--episodes is for simulated evaluation; with --data the whole slice is one episode")
+    if args.episodes is not None and args.episodes < 1:
+        raise UsageError(f"--episodes must be at least 1, got {args.episodes}")
+    for flag in ("fee_bps", "slippage_bps"):
+        value = getattr(args, flag)
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise UsageError(f"--{flag.replace('_', '-')} must be a number >= 0, got {value}")
+    for flag in ("equity_csv", "plot"):
+        path = getattr(args, flag)
+        if path is not None and not (path.parent if str(path.parent) else Path(".")).is_dir():
+            raise UsageError(f"cannot write --{flag.replace('_', '-')} {path}: no directory {path.parent}")
+        if path is not None and path.is_dir():
+            raise UsageError(f"--{flag.replace('_', '-')} {path} is a directory; name a file")
+
+
+def resolve_device(name: str) -> torch.device:
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UsageError(f"--device {name!r} is not a torch device; use cpu or cuda") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {name}: CUDA is not available here; use --device cpu")
+    if device.type not in ("cpu", "cuda"):
+        raise UsageError(f"--device {name}: only cpu and cuda are supported")
+    return device
+
+
+def checkpoint_file(path: Path) -> Path:
+    """``path`` if a file; in a directory its ``best.pt``, else the checkpoint ``latest`` names,
+    else its newest ``checkpoint_u*.pt``. UsageError when there is none."""
+    if not path.exists():
+        raise UsageError(f"--checkpoint {path}: no such file or directory")
+    if not path.is_dir():
+        if path.name == LATEST_NAME:  # the pointer file: the checkpoint it names
+            pointed = CheckpointDir(path.parent).latest()
+            if pointed is None or not pointed.is_file():
+                raise UsageError(f"--checkpoint {path} names no checkpoint file that exists")
+            return pointed
+        return path
+    directory = CheckpointDir(path)
+    for candidate in (path / BEST_NAME, directory.latest(), *directory.checkpoints()[:1]):
+        if candidate is not None and candidate.is_file():
+            return candidate
+    raise UsageError(f"--checkpoint {path}: no {BEST_NAME}, 'latest' or checkpoint_u*.pt in this directory; "
+                     f"pass a training run's --checkpoint-dir or a .pt file")
+
+
+def load_policy(path: Path, device: torch.device) -> tuple[RecurrentActorCritic, TrainConfig]:
+    """The checkpoint's agent (on ``device``, whatever world size wrote it) and its training config."""
+    if not zipfile.is_zipfile(path):  # the trainer writes torch's zip format; a cut-off file has no zip directory
+        raise UsageError(f"{path}: not a checkpoint (not a PyTorch archive, or truncated); pass a .pt file "
+                         f"written by the trainer, or its --checkpoint-dir")
+    try:
+        state = load_checkpoint(path)
+    except CheckpointError as err:
+        raise UsageError(str(err)) from None
+    saved = state.get("config")
+    if not isinstance(saved, dict) or not isinstance(saved.get("env", {}), dict):
+        raise UsageError(f"{path}: the checkpoint holds no training config; it was not written by the trainer")
+    try:
+        config = TrainConfig.from_dict(saved)
+        config.env.validate()
+        agent = RecurrentActorCritic(config.env.obs_dim, config.env.num_actions, config.hidden_size,
+                                     config.lstm_size)
+    except (TypeError, ValueError) as err:
+        raise UsageError(f"{path}: the checkpoint's config is unusable ({_one_line(err)})") from None
+    try:
+        agent.load_state_dict(state["model"])
+    except (RuntimeError, TypeError, KeyError, AttributeError) as err:
+        raise UsageError(
+            f"{path}: the model does not match the checkpoint's settings (--hidden-size {config.hidden_size} "
+            f"--lstm-size {config.lstm_size} --window {config.env.window} --max-position "
+            f"{config.env.max_position}{' --no-short' if config.env.no_short else ''}): {_one_line(err)}") from None
+    return agent.to(device), config
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return text[:240] or type(err).__name__
+
+
+def _plain(text: str) -> str:
+    """``text`` as one line without terminal escapes (torch's load errors carry bold markers)."""
+    return " ".join(_ANSI.sub("", text).split())
+
+
+def env_for_evaluation(config: TrainConfig, args: argparse.Namespace) -> EnvConfig:
+    """The checkpoint's env settings with --fee-bps / --slippage-bps applied."""
+    env = config.env
+    if args.fee_bps is not None:
+        env = replace(env, fee_bps=args.fee_bps)
+    if args.slippage_bps is not None:
+        env = replace(env, slippage_bps=args.slippage_bps)
+    return env
+
+
+def load_slice(args: argparse.Namespace, window: int) -> tuple[MarketData, int, int]:
+    """The --data file and the bars ``lo..hi-1`` of --start/--end; UsageError when unusable."""
+    try:
+        data = load_ohlcv(args.data, args.date_format)
+        lo, hi = date_span(data, args.start, args.end)
+    except DataError as err:
+        raise UsageError(str(err)) from None
+    if hi - lo < window + 2:
+        chosen = "--start/--end select" if args.start or args.end else "the file has"
+        raise UsageError(f"{args.data}: {chosen} {hi - lo} bars; a backtest needs at least window + 2 = "
+                         f"{window + 2} (the checkpoint's {window}-bar window, a decision bar and a bar to trade)")
+    return data, lo, hi
+
+
+def run(args: argparse.Namespace) -> tuple[BacktestResult, str]:
+    """The backtest the flags ask for, and the report's title."""
+    check_args(args)
+    device = resolve_device(args.device)
+    path = checkpoint_file(args.checkpoint)
+    agent, config = load_policy(path, device)
+    env = env_for_evaluation(config, args)
+    actions = "sampled actions" if args.sample else "greedy actions"
+    if args.data is not None:
+        data, lo, hi = load_slice(args, env.window)
+        result = backtest_history(agent, env, data, lo, hi, greedy=not args.sample, seed=args.seed, device=device)
+        return result, f"Backtest of {path} on {args.data} ({actions})"
+    episodes = DEFAULT_EPISODES if args.episodes is None else args.episodes
+    result = backtest_simulated(agent, env, episodes, args.seed, greedy=not args.sample, device=device)
+    return result, (f"Backtest of {path} on {episodes} simulated '{env.market}' episodes of "
+                    f"{env.episode_length} bars, seed {args.seed} ({actions})")
+
+
+def default_prog() -> Optional[str]:
+    return "evaluate-ppo-lstm" if os.path.basename(sys.argv[0]) == "evaluate-ppo-lstm" else None
+
+
+def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
+    """The CLI; returns the exit code (2 for bad input, one line on stderr)."""
+    args = build_parser(prog or default_prog()).parse_args(argv)
+    try:
+        result, title = run(args)
+        if args.json:
+            print(json.dumps(report_dict(result), allow_nan=False))
+        else:
+            print(format_table(result, title))
+        if args.equity_csv is not None:
+            write_equity_csv(result, args.equity_csv)
+            if not args.json:
+                print(f"equity curve: {args.equity_csv}")
+        if args.plot is not None:
+            plot(result, title, args.plot)
+            if not args.json:
+                print(f"plot: {args.plot}")
+    except UsageError as err:
+        sys.stdout.flush()
+        print(f"error: {_plain(str(err))}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

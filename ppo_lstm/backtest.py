@@ -1,0 +1,285 @@
+"""Backtests of a trained policy beside buy-and-hold, on history or on simulated markets.
+
+Both backtests run the agent and buy-and-hold as two halves of one ``TradingCore``, so
+they see the same bars, pay the same fees and slippage and trade the same lot size
+(``initial_cash / (K * close of the first decision bar)`` units per lot).
+
+Conventions (the agent and buy-and-hold alike):
+
+* Timing is the env's: the decision taken after bar ``t`` closes fills at bar
+  ``t+1``'s open (with slippage and fee) and is marked at bar ``t+1``'s close.
+* ``T`` bars are scored. ``equity [T+1]``: ``equity[0]`` is the starting cash, at the
+  close of the first decision bar; ``equity[t]`` is the equity marked at the close of
+  the ``t``-th bar after it. ``position [T]``: the signed lots held during bar ``t``.
+* Buy-and-hold targets ``+K`` lots (the largest long position the agent can take) at
+  every decision, so it buys ``K`` lots at the open of the first scored bar and holds them.
+* End of the run: whatever is open is **marked to market** at the last bar's close.
+  No exit fill, fee or slippage is charged, and the open lots are not counted as
+  closed trades (so buy-and-hold has 0 trades, and its only cost is the entry's).
+* An account whose equity reaches 0 (a bust, which ends a training episode) is
+  flattened at the next open and stays flat to the end of the run.
+
+``backtest_history`` walks a slice of a file as ONE continuous episode: the LSTM state
+is carried through, the first ``window`` bars fill the first observation and trading
+starts after them. The time feature (bars held / scale) uses the *training* episode
+length as its scale and is clipped at 1 (``envs.observation``), so however long the
+backtest, the agent sees the feature's training range. The normalised returns are those
+of the whole file up to the slice's end, as in training: causal, and the bars before the
+slice warm up the RMS of its first window.
+
+``backtest_simulated`` plays N fresh episodes of the training length on seeded paths of
+the checkpoint's market (the LSTM reset at each start, as in training) and chains their
+per-bar returns into one equity curve of ``N * L`` bars.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+import torch
+from gymnasium.utils import seeding
+
+from envs.config import EnvConfig
+from envs.core import TradingCore
+from envs.data import MarketData
+
+from .agent import RecurrentActorCritic
+from .metrics import TradingMetrics, trading_metrics
+
+# Simulated paths have no calendar; their volatility (0.5-2 % a bar) is daily-like.
+SIMULATED_PERIODS_PER_YEAR = 252.0
+# Entropy tag of the evaluation seeds: np.random.SeedSequence([EVAL_SEED_TAG, seed]).
+EVAL_SEED_TAG = 0x4556414C  # "EVAL"
+
+
+@dataclass
+class BacktestResult:
+    """One backtest of ``T`` bars: the agent's and buy-and-hold's curves and figures.
+
+    ``time`` ``[T+1]``: datetime64[ns] stamps of the bars (history), or bar numbers 0..T
+    (simulated); ``close``, ``equity``, ``buy_and_hold_equity`` ``[T+1]``, row 0 being the
+    first decision bar; ``position`` ``[T]``: the agent's signed lots held during bars 1..T.
+    Simulated: rows ``kL+1..(k+1)L`` are episode k's bars (its own path's closes).
+    """
+
+    time: np.ndarray
+    close: np.ndarray
+    equity: np.ndarray
+    buy_and_hold_equity: np.ndarray
+    position: np.ndarray
+    agent: TradingMetrics
+    buy_and_hold: TradingMetrics
+    fee_bps: float
+    slippage_bps: float
+    periods_per_year: float
+    simulated: bool
+    episode_length: Optional[int] = None  # simulated: bars per chained episode
+
+    @property
+    def bars(self) -> int:
+        """T, the bars scored."""
+        return int(self.position.shape[0])
+
+    @property
+    def start(self) -> Optional[str]:
+        """ISO timestamp of the first bar traded (the first scored bar); None when simulated."""
+        return None if self.simulated else pd.Timestamp(self.time[1]).isoformat()
+
+    @property
+    def end(self) -> Optional[str]:
+        """ISO timestamp of the last bar traded; None when simulated."""
+        return None if self.simulated else pd.Timestamp(self.time[-1]).isoformat()
+
+
+# ----------------------------------------------------------------------------- the public API
+
+
+def backtest_history(agent: RecurrentActorCritic, env_config: EnvConfig, data: MarketData, start: int = 0,
+                     end: Optional[int] = None, greedy: bool = True, seed: int = 0,
+                     device: torch.device | str = "cpu") -> BacktestResult:
+    """The agent on ``data``'s bars ``start..end-1`` as one continuous episode, beside buy-and-hold.
+
+    ``env_config`` is the training env's (its ``episode_length`` is the time feature's
+    scale); its costs and sizes are used as they are. ``greedy`` takes the most likely
+    action, else actions are sampled from a generator seeded by ``seed``. Trading starts
+    after the slice's first ``window`` bars, so ``T = end - start - window - 1`` bars are
+    scored. Raises ``ValueError`` when the slice has fewer than ``window + 2`` bars.
+    """
+    end = len(data) if end is None else end
+    if not 0 <= start < end <= len(data):
+        raise ValueError(f"bars {start}..{end - 1} are not within the data's 0..{len(data) - 1}")
+    W = env_config.window
+    steps = end - start - W - 1
+    if steps < 1:
+        raise ValueError(f"{end - start} bars selected; a backtest needs at least window + 2 = {W + 2} "
+                         f"(a {W}-bar window, the first decision bar and one bar to trade)")
+    config = replace(env_config, episode_length=steps)
+    core = TradingCore(2, config, data, span=(start, end), time_scale=env_config.episode_length)
+    core.rngs = [np.random.default_rng(0), np.random.default_rng(0)]  # one start is possible: no draw matters
+    core.reset_rows(core.rows)
+    units = core.ledger.units.copy()
+    equity, position = _play(core, agent, 1, steps, greedy, seed, device)
+    bars = slice(start + W, end)  # the first decision bar, then the T scored bars
+    opens = np.asarray(data.open[start + W + 1: end], dtype=np.float64)
+    pnls, fees = zip(*(_trades(position[:, i], opens, units[i], config) for i in range(2)))
+    ppy = data.periods_per_year
+    return BacktestResult(
+        time=np.asarray(data.timestamps[bars]), close=np.asarray(data.close[bars], dtype=np.float64),
+        equity=equity[:, 0], buy_and_hold_equity=equity[:, 1], position=position[:, 0].astype(np.int64),
+        agent=trading_metrics(equity[:, 0], position[:, 0], pnls[0], fees[0], ppy),
+        buy_and_hold=trading_metrics(equity[:, 1], position[:, 1], pnls[1], fees[1], ppy),
+        fee_bps=config.fee_bps, slippage_bps=config.slippage_bps, periods_per_year=ppy, simulated=False)
+
+
+def evaluation_seeds(seed: int, episodes: int) -> list[int]:
+    """``episodes`` path seeds for simulated evaluation, all >= 2**64.
+
+    Drawn as 64-bit words from ``np.random.SeedSequence([EVAL_SEED_TAG, seed])`` and
+    offset by 2**64, so they can never equal a training env's seed (32-bit words from
+    ``SeedSequence([seed, rank, generation])``, see ``ppo_lstm.trainer.env_seeds``).
+    """
+    words = np.random.SeedSequence([EVAL_SEED_TAG, seed]).generate_state(episodes, dtype=np.uint64)
+    return [(1 << 64) + int(w) for w in words]
+
+
+def backtest_simulated(agent: RecurrentActorCritic, env_config: EnvConfig, episodes: int, seed: int,
+                       greedy: bool = True, device: torch.device | str = "cpu") -> BacktestResult:
+    """``episodes`` episodes of ``env_config``'s market and length on paths seeded by
+    ``evaluation_seeds(seed, episodes)``, chained into one curve of ``episodes * L`` bars.
+
+    Episode k's per-bar returns continue the chain: its curve is scaled by the chained
+    equity at its start (as are its trade PnLs and fees), so the chained curve compounds
+    like one account. An episode ending bust leaves the chain at 0 from then on.
+    Buy-and-hold trades the same paths. Sampled actions (``greedy=False``) come from a
+    generator seeded by ``seed``.
+    """
+    if episodes < 1:
+        raise ValueError(f"episodes must be at least 1, got {episodes}")
+    W, L = env_config.window, env_config.episode_length
+    core = TradingCore(2 * episodes, env_config)
+    for i, s in enumerate(evaluation_seeds(seed, episodes) * 2):  # buy-and-hold on the same paths
+        core.rngs[i] = seeding.np_random(s)[0]
+    core.reset_rows(core.rows)
+    units = core.ledger.units.copy()
+    equity, position = _play(core, agent, episodes, L, greedy, seed, device)  # [L+1, 2N], [L, 2N]
+    opens, closes = core.open[:, W + 1:], core.close  # [2N, L], [2N, W+L+1]
+    curves, metrics = [], []
+    for half in (slice(0, episodes), slice(episodes, 2 * episodes)):
+        rows = np.arange(2 * episodes)[half]
+        growth = np.maximum(equity[-1, half] / env_config.initial_cash, 0.0)
+        scale = np.concatenate(([1.0], np.cumprod(growth)[:-1]))  # [N] chained equity / cash at each start
+        chained = np.concatenate(([env_config.initial_cash], (equity[1:, half] * scale).T.ravel()))
+        pnls, fees = [], 0.0
+        for k, i in enumerate(rows):
+            p, f = _trades(position[:, i], opens[i], units[i], env_config)
+            pnls.append(p * scale[k])
+            fees += f * scale[k]
+        held = position[:, half].T.ravel()
+        curves.append((chained, held))
+        metrics.append(trading_metrics(chained, held, np.concatenate(pnls), fees, SIMULATED_PERIODS_PER_YEAR))
+    close = np.concatenate((closes[0, W:W + 1], closes[:episodes, W + 1:].ravel()))
+    return BacktestResult(
+        time=np.arange(episodes * L + 1, dtype=np.int64), close=close, equity=curves[0][0],
+        buy_and_hold_equity=curves[1][0], position=curves[0][1].astype(np.int64), agent=metrics[0],
+        buy_and_hold=metrics[1], fee_bps=env_config.fee_bps, slippage_bps=env_config.slippage_bps,
+        periods_per_year=SIMULATED_PERIODS_PER_YEAR, simulated=True, episode_length=L)
+
+
+# ----------------------------------------------------------------------------- the engine
+
+
+def _play(core: TradingCore, agent: RecurrentActorCritic, n: int, steps: int, greedy: bool, seed: int,
+          device: torch.device | str) -> tuple[np.ndarray, np.ndarray]:
+    """Step ``core``'s 2n envs ``steps`` times: envs 0..n-1 by the agent, n..2n-1 buy-and-hold.
+
+    The LSTM state starts at zero and is carried through every step. Returns the
+    equity ``[steps+1, 2n]`` (row 0: the starting cash) and positions ``[steps, 2n]``.
+    """
+    config = core.config
+    flat = 0 if config.no_short else config.max_position  # action index of 0 lots
+    actions = np.full(2 * n, config.num_actions - 1, np.int64)  # the last action is +K lots
+    equity = np.empty((steps + 1, 2 * n))
+    position = np.empty((steps, 2 * n))
+    equity[0] = core.ledger.equity
+    bust = np.zeros(2 * n, bool)
+    generator = None if greedy else torch.Generator(device).manual_seed(seed)
+    policy = PolicyStepper(agent, n, device)
+    with torch.inference_mode():
+        for t in range(steps):
+            logits = policy(core.observe()[:n])
+            if greedy:
+                chosen = logits.argmax(-1)
+            else:
+                chosen = torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
+            actions[:n] = chosen.cpu().numpy()
+            if bust.any():
+                actions[bust] = flat
+            core.step(actions)
+            equity[t + 1] = core.ledger.equity
+            position[t] = core.ledger.pos
+            bust |= core.ledger.equity <= 0.0
+    return equity, position
+
+
+class PolicyStepper:
+    """The agent's policy one time step at a time, its LSTM state carried from call to call.
+
+    ``__call__(obs [n, D] float32 numpy) -> logits [n, A]``, starting from the zero state.
+    A single-layer LSTM is stepped with ``torch.lstm_cell`` on the agent's own weights
+    (about 4x cheaper per step than ``nn.LSTM``; the logits agree with
+    ``agent.forward`` to float32 rounding); any other trunk goes through ``agent.forward``.
+    Call it under ``torch.inference_mode()`` or ``torch.no_grad()``.
+    """
+
+    def __init__(self, agent: RecurrentActorCritic, n: int, device: torch.device | str) -> None:
+        self.agent, self.device = agent, device
+        lstm = agent.lstm
+        self.cell = (lstm.num_layers == 1 and not lstm.bidirectional and not lstm.batch_first
+                     and getattr(lstm, "proj_size", 0) == 0 and lstm.bias)
+        self.state = agent.initial_state(n, device)  # (h, c), each [1, n, H]
+        self.first = True
+
+    def __call__(self, obs: np.ndarray) -> torch.Tensor:
+        x = torch.from_numpy(obs).to(self.device)
+        agent = self.agent
+        if not self.cell:
+            starts = torch.full((1, x.shape[0]), 1.0 if self.first else 0.0, device=self.device)
+            logits, _, self.state = agent(x[None], self.state, starts)
+            self.first = False
+            return logits[0]
+        lstm = agent.lstm
+        h, c = torch.lstm_cell(agent.encoder(x), (self.state[0][0], self.state[1][0]), lstm.weight_ih_l0,
+                               lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0)
+        self.state = (h[None], c[None])
+        return agent.policy_head(h)
+
+
+def _trades(position: np.ndarray, opens: np.ndarray, units: float, config: EnvConfig) -> tuple[np.ndarray, float]:
+    """Net PnLs ``[k]`` of the lots closed over ``position [T]`` (lots held during each bar,
+    entered at ``opens [T]`` of the same bar), and the fees plus slippage paid, in money.
+
+    The ledger's rules: fills at the open with adverse slippage, ``fee`` on each lot's
+    value at its fill, lots closed first in, first out; a lot's PnL is its price change
+    times its units less its entry and exit fees. Lots still open at the end are not trades.
+    """
+    fee, slip = config.fee_bps / 1e4, config.slippage_bps / 1e4
+    before = np.concatenate(([0.0], position[:-1]))
+    trade = position - before
+    at = np.flatnonzero(trade)
+    fills = opens[at] * (1.0 + np.sign(trade[at]) * slip)
+    lots = np.abs(trade[at])
+    fees = float(np.sum(lots * units * (fills * fee + opens[at] * slip)))
+    pnls: list[float] = []
+    book: list[float] = []  # entry fills of the open lots, oldest first
+    side = 0.0
+    for i, fill in zip(at.tolist(), fills.tolist()):
+        target = float(position[i])
+        keep = min(abs(before[i]), abs(target)) if target * before[i] > 0 else 0.0
+        for _ in range(int(abs(before[i]) - keep)):
+            entry = book.pop(0)
+            pnls.append(side * (fill - entry) * units - fee * units * (fill + entry))
+        book += [fill] * int(abs(target) - keep)
+        side = float(np.sign(target))
+    return np.asarray(pnls, dtype=np.float64), fees

@@ -1,0 +1,170 @@
+"""The outputs of a backtest: the table, the JSON object, the equity CSV and the plot.
+
+Each takes a :class:`ppo_lstm.backtest.BacktestResult`; the plot needs matplotlib
+(the ``plot`` extra) and says so in a one-line :class:`UsageError` without it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import pandas as pd
+
+from .backtest import BacktestResult
+from .errors import UsageError
+from .plot_training import import_pyplot, save_png
+
+CSV_COLUMNS = ("time", "close", "position", "equity", "buy_and_hold_equity")
+# (metric key, row label, format); None prints as "-"
+ROWS = (
+    ("total_return_pct", "total return %", "{:.2f}"),
+    ("annual_return_pct", "annual return %", "{:.2f}"),
+    ("annual_volatility_pct", "annual volatility %", "{:.2f}"),
+    ("sharpe", "Sharpe", "{:.2f}"),
+    ("sortino", "Sortino", "{:.2f}"),
+    ("calmar", "Calmar", "{:.2f}"),
+    ("max_drawdown_pct", "max drawdown %", "{:.2f}"),
+    ("max_drawdown_bars", "max drawdown bars", "{:d}"),
+    ("trades", "trades", "{:d}"),
+    ("win_rate_pct", "win rate %", "{:.1f}"),
+    ("profit_factor", "profit factor", "{:.2f}"),
+    ("exposure_pct", "exposure %", "{:.1f}"),
+    ("fees_paid", "fees + slippage paid", "{:,.2f}"),
+)
+DPI = 100
+FIGSIZE = (11.0, 8.0)
+
+
+def report_dict(result: BacktestResult) -> dict[str, Any]:
+    """The JSON object: ``bars``, ``start``, ``end``, ``fee_bps``, ``slippage_bps``, ``agent``, ``buy_and_hold``."""
+    return {
+        "bars": result.bars,
+        "start": result.start,
+        "end": result.end,
+        "fee_bps": float(result.fee_bps),
+        "slippage_bps": float(result.slippage_bps),
+        "agent": result.agent.as_dict(),
+        "buy_and_hold": result.buy_and_hold.as_dict(),
+    }
+
+
+def _cell(value: Optional[float | int], fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def format_table(result: BacktestResult, title: str) -> str:
+    """The report: ``title``, a line of what was traded, then each figure for the agent and buy-and-hold."""
+    if result.simulated:
+        span = f"{result.bars} bars (chained simulated episodes, {result.periods_per_year:g} bars/year assumed)"
+    else:
+        span = (f"{result.bars} bars from {result.start} to {result.end} "
+                f"({result.periods_per_year:g} bars/year)")
+    lines = [title, f"  {span}; fee {result.fee_bps:g} bps, slippage {result.slippage_bps:g} bps",
+             "  final positions marked to market at the last close (no exit costs)", ""]
+    agent, hold = result.agent.as_dict(), result.buy_and_hold.as_dict()
+    label_width = max(len(label) for _, label, _ in ROWS)
+    lines.append(f"  {'':<{label_width}}  {'agent':>12}  {'buy & hold':>12}")
+    for key, label, fmt in ROWS:
+        lines.append(f"  {label:<{label_width}}  {_cell(agent[key], fmt):>12}  {_cell(hold[key], fmt):>12}")
+    return "\n".join(lines)
+
+
+def equity_frame(result: BacktestResult) -> pd.DataFrame:
+    """``[T+1]`` rows of ``time, close, position, equity, buy_and_hold_equity``.
+
+    Row 0 is the first decision bar: flat (position 0), both equities the starting cash.
+    Row t is the t-th bar traded: the lots held during it and the equities at its close.
+    ``time`` is an ISO timestamp (history) or the bar number (simulated).
+    """
+    time: Any = result.time if result.simulated else pd.DatetimeIndex(result.time).map(pd.Timestamp.isoformat)
+    return pd.DataFrame({
+        "time": time,
+        "close": result.close,
+        "position": np.concatenate(([0], result.position)).astype(np.int64),
+        "equity": result.equity,
+        "buy_and_hold_equity": result.buy_and_hold_equity,
+    }, columns=list(CSV_COLUMNS))
+
+
+def write_equity_csv(result: BacktestResult, path: Path) -> None:
+    """Write :func:`equity_frame` to ``path`` (floats at full precision); UsageError if it cannot."""
+    try:
+        equity_frame(result).to_csv(path, index=False)
+    except OSError as err:
+        raise UsageError(f"cannot write {path}: {err.strerror or err}") from None
+
+
+def _drawdown_pct(equity: np.ndarray) -> np.ndarray:
+    """``[T+1]``: 100 (equity / running peak - 1), <= 0."""
+    return 100.0 * (equity / np.maximum.accumulate(equity) - 1.0)
+
+
+def trade_marks(position: np.ndarray, episode_length: Optional[int] = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows (``1..T`` of the ``[T+1]`` curves) where a long is entered, a short is entered,
+    and a position is exited (to flat or reversed), from ``position [T]``. With
+    ``episode_length`` L, every L-th bar starts an episode from flat."""
+    new = np.asarray(position, dtype=np.float64)
+    old = np.concatenate(([0.0], new[:-1]))
+    if episode_length:
+        old[::episode_length] = 0.0
+    side, was = np.sign(new), np.sign(old)
+    entered = (side != 0) & (side != was)
+    exited = (was != 0) & (side != was)
+    return np.flatnonzero(entered & (side > 0)) + 1, np.flatnonzero(entered & (side < 0)) + 1, \
+        np.flatnonzero(exited) + 1
+
+
+def _draw_price(ax: Any, x: Any, result: BacktestResult) -> None:
+    """The close against ``x``; simulated episodes (each its own path and price level) as
+    separate segments on a log scale, dotted lines at their starts."""
+    if not result.simulated or result.episode_length is None:
+        ax.plot(x, result.close, color="0.35", linewidth=0.9, label="close")
+        return
+    L = result.episode_length
+    for k, first in enumerate(range(0, len(result.close) - 1, L)):
+        rows = slice(first + 1 if k else 0, first + L + 1)  # episode k: rows kL+1..(k+1)L (row 0 starts the first)
+        ax.plot(x[rows], result.close[rows], color="0.35", linewidth=0.9, label="close" if k == 0 else None)
+        if k:
+            ax.axvline(first + 0.5, color="0.6", linewidth=0.6, linestyle=":")
+    ax.set_yscale("log")
+
+
+def plot(result: BacktestResult, title: str, out: Path) -> None:
+    """Three panels on one time axis: price with entries and exits, equity against buy-and-hold,
+    drawdown. Writes the PNG ``out``; UsageError without matplotlib or when it cannot write."""
+    plt = import_pyplot()
+    x = np.arange(len(result.close)) if result.simulated else pd.DatetimeIndex(result.time)
+    fig, (price, equity, drawdown) = plt.subplots(3, 1, figsize=FIGSIZE, dpi=DPI, sharex=True,
+                                                  gridspec_kw={"height_ratios": [2, 2, 1]})
+    try:
+        _draw_price(price, x, result)
+        longs, shorts, exits = trade_marks(result.position, result.episode_length)
+        price.scatter(x[longs], result.close[longs], marker="^", color="tab:green", s=22, zorder=3,
+                      label="enter long")
+        price.scatter(x[shorts], result.close[shorts], marker="v", color="tab:red", s=22, zorder=3,
+                      label="enter short")
+        price.scatter(x[exits], result.close[exits], marker="x", color="black", s=16, zorder=3, label="exit")
+        price.set_ylabel("price")
+        price.set_title("Price (marks on the bar whose open filled the trade)"
+                        + (": chained simulated episodes" if result.simulated else ""), fontsize=10)
+        equity.plot(x, result.equity, color="C0", linewidth=1.2, label="agent")
+        equity.plot(x, result.buy_and_hold_equity, color="C1", linewidth=1.0, linestyle="--", label="buy and hold")
+        equity.set_ylabel("equity")
+        equity.set_title("Equity", fontsize=10)
+        for curve, color, name in ((result.equity, "C0", "agent"), (result.buy_and_hold_equity, "C1", "buy and hold")):
+            drawdown.plot(x, _drawdown_pct(curve), color=color, linewidth=1.0, label=name)
+        drawdown.fill_between(x, _drawdown_pct(result.equity), 0.0, color="C0", alpha=0.2)
+        drawdown.set_ylabel("%")
+        drawdown.set_title("Drawdown", fontsize=10)
+        drawdown.set_xlabel("bar" if result.simulated else "time")
+        for ax in (price, equity, drawdown):
+            ax.grid(True, linewidth=0.4, alpha=0.5)
+            ax.tick_params(labelsize=8)
+            ax.legend(fontsize=7, loc="best")
+        fig.suptitle(title, fontsize=11)
+        fig.tight_layout()
+        save_png(fig, out)
+    finally:
+        plt.close(fig)
