@@ -15,6 +15,12 @@ class TrainingError(Exception):
     """Training cannot go on (e.g. repeated non-finite updates); exit code 1."""
 
 
+def one_line(err: BaseException, limit: int = 240) -> str:
+    """``err``'s message with its whitespace and line breaks collapsed, at most ``limit``
+    characters (its type's name when it has no message)."""
+    return " ".join(str(err).split())[:limit] or type(err).__name__
+
+
 EXIT_USAGE = 2
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143

@@ -31,7 +31,7 @@ from .agent import RecurrentActorCritic
 from .backtest import BacktestResult, backtest_history, backtest_simulated
 from .checkpoint import BEST_NAME, LATEST_NAME, CheckpointDir, CheckpointError, load_checkpoint
 from .config import TrainConfig
-from .errors import EXIT_USAGE, UsageError
+from .errors import EXIT_USAGE, UsageError, one_line
 from .logger import EpisodeTotals, episode_records
 from .report import format_table, plot, report_dict, write_equity_csv
 
@@ -192,20 +192,15 @@ def load_policy(path: Path, device: torch.device) -> tuple[RecurrentActorCritic,
         agent = RecurrentActorCritic(config.env.obs_dim, config.env.num_actions, config.hidden_size,
                                      config.lstm_size)
     except (TypeError, ValueError) as err:
-        raise UsageError(f"{path}: the checkpoint's config is unusable ({_one_line(err)})") from None
+        raise UsageError(f"{path}: the checkpoint's config is unusable ({one_line(err)})") from None
     try:
         agent.load_state_dict(state["model"])
     except (RuntimeError, TypeError, KeyError, AttributeError) as err:
         raise UsageError(
             f"{path}: the model does not match the checkpoint's settings (--hidden-size {config.hidden_size} "
             f"--lstm-size {config.lstm_size} --window {config.env.window} --max-position "
-            f"{config.env.max_position}{' --no-short' if config.env.no_short else ''}): {_one_line(err)}") from None
+            f"{config.env.max_position}{' --no-short' if config.env.no_short else ''}): {one_line(err)}") from None
     return agent.to(device), config
-
-
-def _one_line(err: BaseException) -> str:
-    text = " ".join(str(err).split())
-    return text[:240] or type(err).__name__
 
 
 def _plain(text: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from .errors import EXIT_USAGE, UsageError
+from .errors import EXIT_USAGE, UsageError, one_line
 
 X_COLUMN = "episodes"
 HOLDOUT = "holdout_return_pct"
@@ -71,7 +71,7 @@ def read_metrics(checkpoint_dir: Path) -> pd.DataFrame:
     except pd.errors.EmptyDataError:
         raise UsageError(f"{path} is empty: no update finished yet") from None
     except (pd.errors.ParserError, UnicodeDecodeError, OSError, ValueError) as err:
-        raise UsageError(f"cannot read {path}: {_one_line(err)}") from None
+        raise UsageError(f"cannot read {path}: {one_line(err, 200)}") from None
     missing = [column for column in REQUIRED if column not in frame.columns]
     if missing:
         raise UsageError(f"{path} lacks column(s) {', '.join(missing)}: not a metrics.csv of this trainer?")
@@ -81,15 +81,10 @@ def read_metrics(checkpoint_dir: Path) -> pd.DataFrame:
     try:
         numeric = frame[columns].apply(pd.to_numeric)
     except (ValueError, TypeError) as err:
-        raise UsageError(f"cannot read {path}: a column is not numeric ({_one_line(err)})") from None
+        raise UsageError(f"cannot read {path}: a column is not numeric ({one_line(err, 200)})") from None
     if numeric[X_COLUMN].isna().any():
         raise UsageError(f"cannot read {path}: column {X_COLUMN} has empty cells")
     return numeric
-
-
-def _one_line(err: BaseException) -> str:
-    text = " ".join(str(err).split())
-    return text[:200] or type(err).__name__
 
 
 def smoothing_window(points: int) -> int:
@@ -174,7 +169,7 @@ def save_png(fig: Any, out: Path) -> None:
     try:
         image.save(out, format="PNG", optimize=True)
     except OSError as err:
-        raise UsageError(f"cannot write {out}: {_one_line(err)}") from None
+        raise UsageError(f"cannot write {out}: {one_line(err, 200)}") from None
 
 
 def figure_title(checkpoint_dir: Path, frame: pd.DataFrame) -> str:
