@@ -317,28 +317,30 @@ def _parse_date(text: str, flag: str) -> tuple[pd.Timestamp, bool]:
     return stamp, whole_day
 
 
-def date_span(data: MarketData, start: str | None = None, end: str | None = None) -> tuple[int, int]:
+def date_span(data: MarketData, start: str | None = None, end: str | None = None,
+              flags: tuple[str, str] = ("--start", "--end")) -> tuple[int, int]:
     """Bars ``lo..hi-1`` of ``data`` with ``start <= time <= end`` (both inclusive, either may be None).
 
     Dates are parsed by pandas (``2021-03-01``, ``2021-03-01T14:30``, ...); a time zone
     is converted to UTC like the file's stamps. An ``end`` without a time of day
-    includes that whole day. Raises ``DataError`` (one line) for an unparseable date,
-    ``start`` after ``end``, or a range holding no bars.
+    includes that whole day. Raises ``DataError`` (one line, naming the ``flags`` that
+    gave ``start`` and ``end``) for an unparseable date, ``start`` after ``end``, or a
+    range holding no bars.
     """
     times = data.timestamps
     lo, hi = 0, len(times)
     first, last = pd.Timestamp(times[0]), pd.Timestamp(times[-1])
     t0 = t1 = None
     if start is not None:
-        t0, _ = _parse_date(start, "--start")
+        t0, _ = _parse_date(start, flags[0])
         lo = int(np.searchsorted(times, t0.to_datetime64(), side="left"))
     if end is not None:
-        t1, whole_day = _parse_date(end, "--end")
+        t1, whole_day = _parse_date(end, flags[1])
         if whole_day:
             t1 = t1 + pd.Timedelta(days=1) - pd.Timedelta(1, "ns")
         hi = int(np.searchsorted(times, t1.to_datetime64(), side="right"))
     if t0 is not None and t1 is not None and t0 > t1:
-        raise DataError(f"--start {start} is after --end {end}; swap them")
+        raise DataError(f"{flags[0]} {start} is after {flags[1]} {end}; swap them")
     if lo >= hi:
         raise DataError(f"{data.source}: no bars from {start or 'the start'} to {end or 'the end'}; "
                         f"the data runs from {first} to {last}")

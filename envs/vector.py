@@ -37,10 +37,13 @@ class VectorTradingEnv(gym.vector.VectorEnv):
         num_envs: int,
         config: EnvConfig | None = None,
         data: MarketData | None = None,
+        span: tuple[int, int] | None = None,
         **overrides: Any,
     ) -> None:
+        """``data``: history to trade (None: simulated); ``span``: the bars ``lo..hi-1`` of
+        it that episodes lie within (default: all); ``overrides``: EnvConfig fields."""
         self.config = make_config(config, overrides)
-        self.core = TradingCore(num_envs, self.config, data)
+        self.core = TradingCore(num_envs, self.config, data, span=span)
         self.num_envs = num_envs
         self.single_observation_space = observation_space(self.config)
         self.single_action_space = gym.spaces.Discrete(self.config.num_actions)

@@ -7,13 +7,12 @@ import os
 import sys
 from typing import Optional
 
-from envs.data import DataError, load_ohlcv
-
 from .checkpoint import CheckpointDir, RunLock
 from .config import TrainConfig, parse_flags, resumed_config, validate
 from .distributed import launch, launched_by_torchrun, resolve_device, world_size_for
 from .errors import EXIT_USAGE, UsageError
 from .build import build_agent, check_model_matches
+from .holdout import load_training_data
 from .worker import LOCK_HELD_VARIABLE, train_worker
 
 
@@ -29,6 +28,8 @@ def preflight(config: TrainConfig, given: frozenset[str], world_size: int) -> Tr
         path, state, _ = directory.load_newest_valid()
         config = resumed_config(config, given, state["config"])[0]
     validate(config, world_size)
+    if config.data is not None:
+        load_training_data(config)  # a bad file, bad dates or a split too short: one line, exit 2
     parameter_bytes = sum(p.numel() for p in build_agent(config).parameters()) * 4
     directory.check_writable(needed_bytes=4 * (3 * parameter_bytes + (1 << 20)))
     with RunLock(config.checkpoint_dir):  # a live run's directory: say that, not what it holds
@@ -37,11 +38,6 @@ def preflight(config: TrainConfig, given: frozenset[str], world_size: int) -> Tr
         check_model_matches(config, state, path)
     elif not config.overwrite:
         directory.refuse_if_taken()
-    if config.data is not None:
-        try:
-            load_ohlcv(config.data, config.date_format, min_rows=config.env.window + config.env.episode_length + 1)
-        except DataError as err:
-            raise UsageError(str(err)) from None
     return config
 
 

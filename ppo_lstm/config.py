@@ -53,6 +53,13 @@ class TrainConfig:
     data: Optional[str] = _f(None, RUN, "OHLCV history (CSV or Parquet) for rank 0 (default: a simulated market)")
     date_format: Optional[str] = _f(None, RUN, "strftime format of the data's time column (default: detected)")
     data_all_ranks: bool = _f(False, RUN, "trade --data on every rank (at different random windows)")
+    data_start: Optional[str] = _f(None, RUN, "first bar of --data to use, a date (inclusive; default: the first)")
+    data_end: Optional[str] = _f(None, RUN, "last bar of --data to use (inclusive; a date without a time of day "
+                                            "includes that whole day; default: the last)")
+    holdout: float = _f(0.2, RUN, "with --data: the last fraction of its bars, kept out of training and backtested "
+                                  "at every checkpoint (best.pt = best hold-out return); 0 turns the hold-out off")
+    holdout_episodes: int = _f(32, RUN, "without --data: simulated episodes on held-out seeds, backtested at every "
+                                        "checkpoint instead (0 turns the hold-out off)")
     log_file: str = _f("training.log", RUN, "append episode lines here (flushed per line, for tail -f)", launch=True)
     log_interval: int = _f(10, RUN, "print a log line every this many episodes")
     checkpoint_dir: str = _f("checkpoints", RUN, "checkpoints, metrics.csv and the lock file go here", launch=True)
@@ -248,6 +255,15 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
             raise UsageError(f"{_flag(name)} must be within [0, 1], got {value}")
     if config.target_kl is not None and not config.target_kl > 0:
         raise UsageError(f"--target-kl must be > 0 (or left out), got {config.target_kl}")
+    if not 0.0 <= config.holdout < 1.0:
+        raise UsageError(f"--holdout must be a fraction within [0, 1), got {config.holdout}; 0.2 keeps the last "
+                         f"fifth of --data out of training, 0 trains on all of it")
+    if config.holdout_episodes < 0:
+        raise UsageError(f"--holdout-episodes must be >= 0 (0 turns the hold-out off), got {config.holdout_episodes}")
+    if config.data is None:
+        for name in ("data_start", "data_end"):
+            if getattr(config, name) is not None:
+                raise UsageError(f"{_flag(name)} selects bars of --data; pass --data too")
     if config.master_port is not None and not 0 < config.master_port < 65536:
         raise UsageError(f"--master-port must be within 1..65535, got {config.master_port}")
     try:

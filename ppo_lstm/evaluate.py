@@ -174,8 +174,11 @@ def checkpoint_file(path: Path) -> Path:
                      f"pass a training run's --checkpoint-dir or a .pt file")
 
 
-def load_policy(path: Path, device: torch.device) -> tuple[RecurrentActorCritic, TrainConfig]:
-    """The checkpoint's agent (on ``device``, whatever world size wrote it) and its training config."""
+def load_policy(path: str | os.PathLike, device: torch.device | str = "cpu") -> tuple[RecurrentActorCritic,
+                                                                                      TrainConfig]:
+    """The checkpoint's agent (on ``device``, whatever world size wrote it) and its training
+    config (``config.env`` holds its env settings). UsageError (one line) when unusable."""
+    path = Path(path)
     if not zipfile.is_zipfile(path):  # the trainer writes torch's zip format; a cut-off file has no zip directory
         raise UsageError(f"{path}: not a checkpoint (not a PyTorch archive, or truncated); pass a .pt file "
                          f"written by the trainer, or its --checkpoint-dir")

@@ -17,12 +17,16 @@ from tqdm import tqdm
 
 from .errors import UsageError
 
-METRIC_COLUMNS = (
+UPDATE_COLUMNS = (
     "update", "episodes", "env_steps", "wall_time_s", "policy_loss", "value_loss", "entropy", "approx_kl",
     "clip_fraction", "explained_variance", "epochs_run", "lr_actor", "lr_critic", "skipped",
     "sps_global", "sps_per_rank", "episodes_finished", "mean_reward", "mean_return", "win_rate",
     "closed_trades", "open_lots", "mean_steps",
 )
+# the hold-out backtest's figures, on the rows of updates that wrote a checkpoint (ppo_lstm.holdout)
+HOLDOUT_COLUMNS = ("holdout_return_pct", "holdout_sharpe", "holdout_max_drawdown_pct", "holdout_trades",
+                   "holdout_exposure_pct", "holdout_buy_and_hold_pct")
+METRIC_COLUMNS = UPDATE_COLUMNS + HOLDOUT_COLUMNS
 
 
 EPISODE_FIELDS = ("reward", "return", "closed_trades", "winning_trades", "open_lots", "steps")  # env info keys
@@ -110,8 +114,9 @@ class RunLogger:
         self._log = open(log_file, "a", buffering=1, encoding="utf-8")  # line-buffered: tail -f friendly
         metrics_file.parent.mkdir(parents=True, exist_ok=True)
         new_metrics = not metrics_file.exists() or metrics_file.stat().st_size == 0
+        columns = METRIC_COLUMNS if new_metrics else upgrade_metrics_header(metrics_file)
         self._metrics = open(metrics_file, "a", newline="", encoding="utf-8")
-        self._csv = csv.DictWriter(self._metrics, fieldnames=METRIC_COLUMNS)
+        self._csv = csv.DictWriter(self._metrics, fieldnames=columns)
         if new_metrics:
             self._csv.writeheader()
         self._bar = tqdm(total=total_episodes, initial=done_episodes, unit="ep", dynamic_ncols=True,
@@ -151,6 +156,28 @@ class RunLogger:
         self._metrics.close()
         if self._tb is not None:
             self._tb.close()
+
+
+def upgrade_metrics_header(path: Path) -> tuple[str, ...]:
+    """The columns to append to an existing metrics.csv with. A file written by an older
+    version (fewer columns) is rewritten in place, atomically, under today's header, its
+    rows' new cells empty; columns it has that today's lack are kept at the end."""
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        old = tuple(reader.fieldnames or ())
+        if set(METRIC_COLUMNS) <= set(old):
+            return old
+        rows = list(reader)
+    columns = METRIC_COLUMNS + tuple(c for c in old if c not in METRIC_COLUMNS)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(temp, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows({key: row.get(key) or "" for key in columns} for row in rows)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temp, path)
+    return columns
 
 
 class NullLogger:

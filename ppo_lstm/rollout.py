@@ -28,11 +28,13 @@ class RolloutCollector:
     rank needs to continue its rollouts bit for bit (:meth:`state`)."""
 
     def __init__(self, config: TrainConfig, agent: RecurrentActorCritic, rank: int, steps: int,
-                 device: torch.device, data: Optional[MarketData]) -> None:
+                 device: torch.device, data: Optional[MarketData], span: Optional[tuple[int, int]] = None) -> None:
+        """``data``: history to trade (None: the simulated market); ``span``: the bars
+        ``lo..hi-1`` of it that episodes lie within (default: all)."""
         self.config, self.agent, self.rank, self.steps, self.device = config, agent, rank, steps, device
         self.num_envs = config.num_envs
         self.sample_generator = torch.Generator(device).manual_seed(derive_seed(config.seed, rank, 11))
-        self.env = VectorTradingEnv(config.num_envs, config.env, data=data)
+        self.env = VectorTradingEnv(config.num_envs, config.env, data=data, span=span)
         self.buffer = RolloutBuffer(steps, config.num_envs, config.env.obs_dim, config.lstm_size, device)
         self.obs: np.ndarray = self.env.reset(seed=env_seeds(config.seed, rank, config.num_envs))[0]  # [N, D]
         self.episode_start = np.ones(config.num_envs, dtype=bool)  # [N]

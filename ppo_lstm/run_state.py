@@ -23,6 +23,8 @@ from .logger import EpisodeTotals
 from .rollout import RolloutCollector
 
 CHECKPOINT_FORMAT = 1
+# settings that decide what the envs trade and what is held out: a resume that changes one restarts the envs
+MARKET_SETTINGS = ("env", "data", "data_start", "data_end", "holdout", "holdout_episodes")
 
 
 def new_run_id() -> str:
@@ -44,7 +46,8 @@ class RunState:
     env_steps: int = 0
     interval_totals: EpisodeTotals = field(default_factory=EpisodeTotals)  # since the last log line
     checkpoint_totals: EpisodeTotals = field(default_factory=EpisodeTotals)  # since the last checkpoint
-    best_score: float = -math.inf
+    best_score: float = -math.inf  # rank 0's: the score of best.pt (hold-out or training return)
+    best_holdout: Optional[dict[str, Any]] = None  # rank 0's: best.pt's hold-out line and figures
 
     @classmethod
     def fresh(cls, config: TrainConfig, rank: int, world_size: int) -> "RunState":
@@ -78,16 +81,20 @@ class RunState:
         self.checkpoint_totals.add(update_totals)
         return lines, update_totals
 
-    def close_checkpoint_period(self, checkpoint_interval: int) -> tuple[float, bool]:
-        """The period's score (mean dollar return of its episodes; -inf without any) and
-        whether it is the best so far; starts the next period."""
+    def close_checkpoint_period(self, checkpoint_interval: int) -> float:
+        """The period's training score (mean dollar return of its episodes; -inf without
+        any); starts the next period."""
         totals = self.checkpoint_totals
         score = totals.dollar_return / totals.episodes if totals.episodes else -math.inf
-        is_best = score > self.best_score
-        self.best_score = max(self.best_score, score)
         self.checkpoint_totals = EpisodeTotals()
         self.next_checkpoint_at = (self.global_episodes // checkpoint_interval + 1) * checkpoint_interval
-        return score, is_best
+        return score
+
+    def offer_best(self, score: float) -> bool:
+        """Whether ``score`` beats every earlier checkpoint's (then it is the best so far)."""
+        is_best = score > self.best_score
+        self.best_score = max(self.best_score, score)
+        return is_best
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -108,7 +115,7 @@ class RunState:
                 "interval_totals": self.interval_totals.as_list(),
                 "checkpoint_totals": self.checkpoint_totals.as_list(),
                 "next_log_at": self.next_log_at, "next_checkpoint_at": self.next_checkpoint_at,
-                "best_score": self.best_score, "score": score,
+                "best_score": self.best_score, "score": score, "best_holdout": self.best_holdout,
             },
             "ranks": ranks,
         }
@@ -127,11 +134,15 @@ class RunState:
         self.checkpoint_totals = EpisodeTotals.from_list(counters["checkpoint_totals"])
         self.next_log_at, self.next_checkpoint_at = counters["next_log_at"], counters["next_checkpoint_at"]
         self.best_score = counters["best_score"]
+        self.best_holdout = counters.get("best_holdout")  # older checkpoints carry none
         self.run_id = state.get("run_id") or self.run_id  # a checkpoint of an older format carries none
         saved_world, saved_envs = state["world_size"], state["config"]["num_envs"]
         same_layout = (saved_world == world_size and len(state["ranks"]) == world_size
                        and saved_envs == config.num_envs)
-        same_market = state["config"]["env"] == config.to_dict()["env"] and state["config"]["data"] == config.data
+        saved, now = state["config"], config.to_dict()
+        same_market = all(saved.get(key) == now[key] for key in MARKET_SETTINGS)
+        if not same_market:  # the hold-out (or training bars) changed: earlier scores do not compare
+            self.best_score, self.best_holdout = -math.inf, None
         if same_layout and same_market:
             self.rank_episodes = state["ranks"][rank]["rank_episodes"]
             done = [r["rank_episodes"] for r in state["ranks"]]
@@ -141,8 +152,9 @@ class RunState:
         self.share = remaining_episode_shares(max(0, config.episodes - self.global_episodes), [], world_size)[rank]
         why = (f"the checkpoint was written by {saved_world} worker(s) x {saved_envs} envs and this run has "
                f"{world_size} x {config.num_envs}" if not same_layout else "the environment settings changed")
+        also = "" if same_market else "; best.pt is chosen afresh from here on"
         return (f"warning: {why}: weights, optimizer and counters restored; environments and per-rank RNG "
-                f"streams restarted")
+                f"streams restarted{also}")
 
 
 def capture_rank_state(rank_episodes: int, rollout: RolloutCollector) -> dict[str, Any]:

@@ -18,16 +18,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from envs.data import DataError, MarketData, load_ohlcv
+from envs.data import MarketData
 
 from .agreement import agree
 from .build import build_agent, build_optimizer, check_model_matches
+from .backtest import BacktestResult
 from .buffer import RolloutBatch
-from .checkpoint import CheckpointDir
+from .checkpoint import BEST_NAME, CheckpointDir
 from .config import TrainConfig, steps_per_env
 from .distributed import Worker, episode_share, parameters_in_sync, trades_history
-from .errors import TrainingError, UsageError
-from .logger import NullLogger, RunLogger, format_episode_line
+from .errors import TrainingError
+from .holdout import DataSplit, Holdout, holdout_columns, holdout_line, load_training_data
+from .logger import EpisodeTotals, NullLogger, RunLogger, format_episode_line
 from .ppo import PPOSettings, UpdateStats, ppo_update
 from .rollout import RolloutCollector
 from .run_state import RunState, capture_rank_state, restore_rank_state
@@ -61,7 +63,10 @@ class Trainer:
         self.permutation_generator = torch.Generator().manual_seed(derive_seed(config.seed, 7))  # shared by all ranks
         random.seed(derive_seed(config.seed, self.rank, 13))
         np.random.seed(derive_seed(config.seed, self.rank, 17))
-        self.rollout = RolloutCollector(config, self.agent, self.rank, self.steps, self.device, self._market_data())
+        data, split = self._market_data()
+        self.rollout = RolloutCollector(config, self.agent, self.rank, self.steps, self.device, data,
+                                        split.train_span if split is not None else None)
+        self.holdout = Holdout.of(config, data, split) if self.rank == 0 else None  # rank 0 backtests it
         self.state = RunState.fresh(config, self.rank, self.world_size)
         self.resumed_from: Optional[Path] = None
         if resume is not None:
@@ -78,15 +83,11 @@ class Trainer:
         else:
             self.log = NullLogger()
 
-    def _market_data(self) -> Optional[MarketData]:
-        """Rank 0 (every rank with --data-all-ranks) trades --data; the others simulate."""
-        c = self.config
-        if not trades_history(c, self.rank):
-            return None
-        try:
-            return load_ohlcv(c.data, c.date_format, min_rows=c.env.window + c.env.episode_length + 1)
-        except DataError as err:
-            raise UsageError(str(err)) from None
+    def _market_data(self) -> tuple[Optional[MarketData], Optional[DataSplit]]:
+        """Rank 0 (every rank with --data-all-ranks) trades --data's training bars; the others simulate."""
+        if not trades_history(self.config, self.rank):
+            return None, None
+        return load_training_data(self.config)
 
     def _restore(self, path: Path, state: dict[str, Any]) -> None:
         """Load weights, optimizer and counters; and, when this rank's layout and market are
@@ -124,9 +125,13 @@ class Trainer:
                 agreed = agree(self.comm, records, s.rank_done, self.stop.signum or 0, time.perf_counter() - tic,
                                self.steps * c.num_envs, self.device)
                 finished = agreed.finished
-                self._log_update(agreed.records, stats, skipped, agreed.rank_sps, time.perf_counter() - start)
-                if finished or agreed.signum or s.global_episodes >= s.next_checkpoint_at:
-                    self._checkpoint()
+                update_totals = self._log_episodes(agreed.records)
+                due = finished or bool(agreed.signum) or s.global_episodes >= s.next_checkpoint_at
+                holdout = self._run_holdout() if due and not agreed.signum else None  # rank 0's; None elsewhere
+                self._log_metrics(update_totals, stats, skipped, agreed.rank_sps, time.perf_counter() - start,
+                                  holdout)
+                if due:
+                    self._checkpoint(holdout)
                 if agreed.signum:
                     self.log.line(f"interrupted at episode {s.global_episodes}, checkpoint saved")
                     self.comm.barrier()  # nobody exits before rank 0 has written
@@ -135,6 +140,9 @@ class Trainer:
                     parameters_in_sync(self.comm, self.agent, self.optimizer)
             self.log.line(f"Training finished: {s.global_episodes} episodes, {s.update} updates, "
                           f"{s.env_steps} env steps in {time.perf_counter() - start:.1f}s")
+            if self.rank == 0:
+                for line in self._summary():
+                    self.log.line(line)
             if os.environ.get(DUMP_FINAL_VARIABLE):
                 torch.save({"model": self.agent.state_dict(), "optimizer": self.optimizer.state_dict()},
                            Path(os.environ[DUMP_FINAL_VARIABLE]) / f"rank{self.rank}_final.pt")
@@ -154,6 +162,11 @@ class Trainer:
         if self.resumed_from is not None:
             self.log.line(f"Resumed from {self.resumed_from} at episode {s.global_episodes}/{c.episodes} "
                           f"(update {s.update}); {max(0, c.episodes - s.global_episodes)} episodes left")
+        if self.holdout is not None:
+            self.log.line(self.holdout.describe())
+        elif self.rank == 0:
+            self.log.line("Hold-out: none (--holdout 0 or --holdout-episodes 0); best.pt is the checkpoint whose "
+                          "period had the best mean training return")
         for note in self.notes:
             self.log.line(note)
 
@@ -185,15 +198,29 @@ class Trainer:
                                 f"--learning-rate-actor/--learning-rate-critic or --max-grad-norm, or check --data")
         return stats, True
 
-    def _log_update(self, records: list[list[float]], stats: UpdateStats, skipped: bool, rank_sps: list[float],
-                    wall: float) -> None:
-        """The episode lines due (each covers exactly the episodes since the previous one),
-        the progress bar and the update's metrics row."""
+    def _log_episodes(self, records: list[list[float]]) -> EpisodeTotals:
+        """Count every rank's episodes of this update; print the episode lines due (each
+        covers exactly the episodes since the previous one) and move the progress bar.
+        Returns the update's totals."""
         c, s = self.config, self.state
         lines, update_totals = s.count(records, c)
         for episode, totals in lines:
             self.log.line(format_episode_line(episode, c.episodes, totals, self.world_size, self.device.type))
         self.log.progress(s.global_episodes)
+        return update_totals
+
+    def _run_holdout(self) -> Optional[BacktestResult]:
+        """Rank 0 backtests the current weights on the hold-out and logs the line; None without one."""
+        if self.holdout is None:
+            return None
+        result = self.holdout.run(self.agent, self.device)
+        self.log.line(holdout_line(self.state.global_episodes, result))
+        return result
+
+    def _log_metrics(self, update_totals: EpisodeTotals, stats: UpdateStats, skipped: bool, rank_sps: list[float],
+                     wall: float, holdout: Optional[BacktestResult]) -> None:
+        """The update's metrics.csv row, with the hold-out's figures on a checkpoint's row."""
+        s = self.state
         self.log.metrics({
             "update": s.update, "episodes": s.global_episodes, "env_steps": s.env_steps,
             "wall_time_s": round(wall, 3), "policy_loss": stats.policy_loss, "value_loss": stats.value_loss,
@@ -202,19 +229,51 @@ class Trainer:
             "lr_actor": self.optimizer.param_groups[0]["lr"], "lr_critic": self.optimizer.param_groups[1]["lr"],
             "skipped": int(skipped), "sps_global": round(sum(rank_sps), 1),
             "sps_per_rank": ";".join(f"{x:.1f}" for x in rank_sps),
-            "episodes_finished": len(records),
-            **(update_totals.means() if records else {}),
+            "episodes_finished": int(update_totals.episodes),
+            **(update_totals.means() if update_totals.episodes else {}),
+            **(holdout_columns(holdout) if holdout is not None else {}),
         })
 
-    def _checkpoint(self) -> None:
-        """Gather every rank's state to all ranks; rank 0 writes the checkpoint atomically."""
-        ranks = self.comm.gather_objects(capture_rank_state(self.state.rank_episodes, self.rollout))
-        score, is_best = self.state.close_checkpoint_period(self.config.checkpoint_interval)
+    def _checkpoint(self, holdout: Optional[BacktestResult]) -> None:
+        """Gather every rank's state to all ranks; rank 0 writes the checkpoint atomically.
+
+        best.pt: with a hold-out, the best hold-out return (a checkpoint written on a
+        signal, without a hold-out backtest, is never best); without one, the best mean
+        training return of a checkpoint period."""
+        s = self.state
+        ranks = self.comm.gather_objects(capture_rank_state(s.rank_episodes, self.rollout))
+        score = s.close_checkpoint_period(self.config.checkpoint_interval)
         if self.rank != 0:
             return
-        checkpoint = self.state.checkpoint(self.config, self.world_size, self.agent, self.optimizer,
-                                           self.permutation_generator, ranks, score)
-        self.checkpoints.save(checkpoint, self.state.update, is_best)
+        if self.holdout is None:
+            is_best = s.offer_best(score)
+        else:
+            is_best = holdout is not None and s.offer_best(holdout.agent.total_return_pct)
+            if is_best:
+                assert holdout is not None
+                s.best_holdout = {"episode": s.global_episodes, "line": holdout_line(s.global_episodes, holdout),
+                                  **holdout_columns(holdout)}
+        checkpoint = s.checkpoint(self.config, self.world_size, self.agent, self.optimizer,
+                                  self.permutation_generator, ranks, score)
+        self.checkpoints.save(checkpoint, s.update, is_best)
+
+    def _summary(self) -> list[str]:
+        """Rank 0's end-of-run lines: where best.pt and the last checkpoint are, the best
+        hold-out figures and the evaluate command that reproduces them."""
+        run_dir = Path(self.config.checkpoint_dir)
+        best, last = run_dir / BEST_NAME, self.checkpoints.latest()
+        lines = [f"Last checkpoint: {last}"]
+        if not best.is_file():
+            return lines + ["No best.pt: no checkpoint period finished an episode"]
+        if self.holdout is None:
+            data = f" --data {self.config.data}" if self.config.data else ""
+            return lines + [f"Best checkpoint: {best} (best mean training return of a checkpoint period; no "
+                            f"hold-out, so this is in-sample)",
+                            f"Evaluate it: evaluate-ppo-lstm --checkpoint {best}{data}"]
+        held = self.state.best_holdout
+        figures = f": {held['line']}" if held else ""
+        return lines + [f"Best checkpoint: {best} (best hold-out return){figures}",
+                        f"Reproduce it: {self.holdout.evaluate_command(str(best))}"]
 
 
 def _snapshot(agent: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[list[Tensor], dict]:
