@@ -30,6 +30,7 @@ GROUP_TITLES = {
     DIST: "distributed: workers, rendezvous and faults",
 }
 DEFAULT_MASTER_PORT = 12355
+WORKER_BATCH = 128  # transitions per worker per update when --update-interval is not given
 MAX_LEARNING_RATE = 10.0  # far above any useful Adam rate; larger ones overflow Adam's step
 
 
@@ -72,7 +73,8 @@ class TrainConfig:
     progress: bool = _f(True, RUN, "show a tqdm progress bar over episodes", launch=True)
     tensorboard: bool = _f(False, RUN, "also write TensorBoard curves to <checkpoint-dir>/tb (needs tensorboard)")
     # PPO
-    update_interval: int = _f(128, PPO, "transitions in one update's batch (all workers together)")
+    update_interval: Optional[int] = _f(None, PPO, f"transitions in one update's batch, all workers together "
+                                                   f"(default: {WORKER_BATCH} per worker, so {WORKER_BATCH} x workers)")
     learning_rate_actor: float = _f(3e-4, PPO, "Adam learning rate of encoder, LSTM and policy head")
     learning_rate_critic: float = _f(1e-3, PPO, "Adam learning rate of the value head")
     gamma: float = _f(0.99, PPO, "discount factor")
@@ -235,7 +237,7 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
                 "update_interval", "epochs", "minibatches", "hidden_size", "lstm_size", "sync_check_interval")
     for name in positive:
         value = getattr(config, name)
-        if value < 1:
+        if value is not None and value < 1:
             raise UsageError(f"{_flag(name)} must be a positive count, got {value}")
     if config.num_workers is not None and config.num_workers < 1:
         raise UsageError(f"--num-workers/--num-gpus must be at least 1, got {config.num_workers}")
@@ -284,15 +286,36 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
     if config.norm_adv and steps * total // config.minibatches < 2:
         fewest = max(m for m in range(1, total + 1) if total % m == 0 and steps * total // m >= 2)
         raise UsageError(
-            f"--minibatches {config.minibatches} leaves one transition per minibatch ({config.update_interval} "
-            f"transitions / {config.minibatches}), too few to normalise advantages; use --minibatches {fewest} "
+            f"--minibatches {config.minibatches} leaves one transition per minibatch "
+            f"({update_batch(config, world_size)} transitions / {config.minibatches}), too few to normalise advantages; use --minibatches {fewest} "
             f"or fewer, a larger --update-interval, or --no-norm-adv"
         )
 
 
+def update_batch(config: TrainConfig, world_size: int = 1) -> int:
+    """U, the transitions of one update over all workers: ``--update-interval`` when given
+    (a global batch, whatever the worker count), else :data:`WORKER_BATCH` per worker, so
+    that each worker's rollout is as long as on one worker."""
+    return config.update_interval if config.update_interval is not None else WORKER_BATCH * world_size
+
+
+def describe_batch(config: TrainConfig, world_size: int = 1) -> str:
+    """The start-up line's account of the batch: its split, and which rule set its size."""
+    u, n = update_batch(config, world_size), config.num_envs
+    rule = (f"--update-interval {u}, all workers together" if config.update_interval is not None
+            else f"default: {WORKER_BATCH} per worker; --update-interval sets the total")
+    return (f"Batch: {u} transitions per update = {world_size} worker(s) x {n} envs x "
+            f"{steps_per_env(config, world_size)} steps ({rule})")
+
+
 def steps_per_env(config: TrainConfig, world_size: int = 1) -> int:
     """Rollout length T: each of a worker's envs steps U / (world_size * num_envs) times."""
-    u, n, w = config.update_interval, config.num_envs, world_size
+    u, n, w = update_batch(config, world_size), config.num_envs, world_size
+    if config.update_interval is None and WORKER_BATCH % n:
+        raise UsageError(
+            f"--num-envs {n} does not divide the default batch of {WORKER_BATCH} transitions per worker; use a "
+            f"--num-envs that does (e.g. 4, 8 or 16), or give --update-interval (a multiple of {n * w})"
+        )
     if u % (n * w):
         valid = [k * n * w for k in range(1, 9)]
         raise UsageError(

@@ -25,7 +25,7 @@ from .build import build_agent, build_optimizer, check_model_matches
 from .backtest import BacktestResult
 from .buffer import RolloutBatch
 from .checkpoint import BEST_NAME, CheckpointDir
-from .config import TrainConfig, steps_per_env
+from .config import TrainConfig, describe_batch, steps_per_env, update_batch
 from .distributed import Worker, episode_share, parameters_in_sync, trades_history
 from .errors import TrainingError
 from .holdout import DataSplit, Holdout, holdout_columns, holdout_line, load_training_data
@@ -54,7 +54,7 @@ class Trainer:
         self.settings = PPOSettings(config.clip, config.epochs, config.minibatches, config.ent_coef, config.vf_coef,
                                     config.max_grad_norm, config.clip_vloss, config.norm_adv, config.target_kl)
         self.total_updates_estimate = max(1, math.ceil(config.episodes * config.env.episode_length
-                                                       / config.update_interval))
+                                                       / update_batch(config, self.world_size)))
         self.bad_updates = 0
 
         torch.manual_seed(config.seed)  # identical initial weights on every rank
@@ -156,9 +156,7 @@ class Trainer:
         c, s = self.config, self.state
         self.log.header(c.to_dict(), self.world_size)
         shares = sorted({episode_share(c.episodes, r, self.world_size) for r in range(self.world_size)}, reverse=True)
-        self.log.line(f"Batch: {c.update_interval} transitions per update = {self.world_size} worker(s) x "
-                      f"{c.num_envs} envs x {self.steps} steps; episodes per worker: "
-                      f"{' / '.join(map(str, shares))}")
+        self.log.line(f"{describe_batch(c, self.world_size)}; episodes per worker: {' / '.join(map(str, shares))}")
         if self.resumed_from is not None:
             self.log.line(f"Resumed from {self.resumed_from} at episode {s.global_episodes}/{c.episodes} "
                           f"(update {s.update}); {max(0, c.episodes - s.global_episodes)} episodes left")

@@ -4,7 +4,8 @@ import dataclasses
 import pytest
 
 from envs.config import EnvConfig
-from ppo_lstm.config import TrainConfig, build_parser, config_from_args, steps_per_env, validate
+from ppo_lstm.config import (TrainConfig, build_parser, config_from_args, describe_batch, steps_per_env,
+                              update_batch, validate)
 from ppo_lstm.distributed import episode_share, remaining_episode_shares, trades_history
 from ppo_lstm.errors import UsageError
 
@@ -46,6 +47,21 @@ def test_update_interval_split():
     assert steps_per_env(c, 1) == 16 and steps_per_env(c, 4) == 4
     with pytest.raises(UsageError, match=r"--update-interval 100 .* multiple of 16"):
         steps_per_env(TrainConfig(update_interval=100, num_envs=8), 2)
+
+
+def test_default_batch_scales_with_workers_and_an_explicit_one_is_global():
+    default, explicit = TrainConfig(num_envs=8), TrainConfig(num_envs=8, update_interval=128)
+    assert [update_batch(default, w) for w in (1, 2, 4)] == [128, 256, 512]
+    assert [steps_per_env(default, w) for w in (1, 2, 4)] == [16, 16, 16]  # each worker's rollout stays put
+    assert [update_batch(explicit, w) for w in (1, 2, 4)] == [128, 128, 128]
+    assert [steps_per_env(explicit, w) for w in (1, 2, 4)] == [16, 8, 4]
+    assert describe_batch(default, 2) == ("Batch: 256 transitions per update = 2 worker(s) x 8 envs x 16 steps "
+                                          "(default: 128 per worker; --update-interval sets the total)")
+    assert describe_batch(explicit, 2) == ("Batch: 128 transitions per update = 2 worker(s) x 8 envs x 8 steps "
+                                           "(--update-interval 128, all workers together)")
+    with pytest.raises(UsageError, match=r"--num-envs 3 does not divide the default batch of 128 transitions per "
+                                         r"worker; .* or give --update-interval \(a multiple of 6\)"):
+        steps_per_env(TrainConfig(num_envs=3), 2)
 
 
 def test_episode_share_gives_remainder_to_rank_0():
