@@ -35,6 +35,7 @@ from .rollout import RolloutCollector
 from .run_state import RunState, capture_rank_state, restore_rank_state
 from .seeding import derive_seed
 from .shutdown import StopRequest
+from .timing import PhaseClock, peak_rss_mb
 
 MAX_BAD_UPDATES = 3
 # Debug/test hook: when set to a directory, every rank saves its final model and optimizer
@@ -56,6 +57,7 @@ class Trainer:
         self.total_updates_estimate = max(1, math.ceil(config.episodes * config.env.episode_length
                                                        / update_batch(config, self.world_size)))
         self.bad_updates = 0
+        self.clock = PhaseClock()
 
         torch.manual_seed(config.seed)  # identical initial weights on every rank
         self.agent = build_agent(config).to(self.device)
@@ -116,22 +118,32 @@ class Trainer:
         start = time.perf_counter()
         try:
             finished = s.global_episodes >= c.episodes
+            clock = self.clock
             while not finished:
                 tic = time.perf_counter()
-                records = s.take_quota(self.rollout.collect(s.update))  # [k, 6] this rank counts
-                s.env_steps += self.steps * c.num_envs * self.world_size
-                batch = self.rollout.finish().map(lambda _, t: self.comm.gather(t, dim=1))  # [T, N*W]
-                stats, skipped = self._update(batch)
-                agreed = agree(self.comm, records, s.rank_done, self.stop.signum or 0, time.perf_counter() - tic,
-                               self.steps * c.num_envs, self.device)
+                with clock("rollout"):
+                    records = s.take_quota(self.rollout.collect(s.update))  # [k, 6] this rank counts
+                    s.env_steps += self.steps * c.num_envs * self.world_size
+                    batch = self.rollout.finish()  # [T, N]
+                with clock("gather"):
+                    batch = batch.map(lambda _, t: self.comm.gather(t, dim=1))  # [T, N*W]
+                with clock("update"):
+                    stats, skipped = self._update(batch)
+                with clock("agreement"):
+                    agreed = agree(self.comm, records, s.rank_done, self.stop.signum or 0,
+                                   time.perf_counter() - tic, self.steps * c.num_envs, self.device)
                 finished = agreed.finished
-                update_totals = self._log_episodes(agreed.records)
+                with clock("logging"):
+                    update_totals = self._log_episodes(agreed.records)
                 due = finished or bool(agreed.signum) or s.global_episodes >= s.next_checkpoint_at
-                holdout = self._run_holdout() if due and not agreed.signum else None  # rank 0's; None elsewhere
-                self._log_metrics(update_totals, stats, skipped, agreed.rank_sps, time.perf_counter() - start,
-                                  holdout)
+                with clock("hold-out"):
+                    holdout = self._run_holdout() if due and not agreed.signum else None  # rank 0's only
+                with clock("logging"):
+                    self._log_metrics(update_totals, stats, skipped, agreed.rank_sps, time.perf_counter() - start,
+                                      holdout)
                 if due:
-                    self._checkpoint(holdout)
+                    with clock("checkpoints"):
+                        self._checkpoint(holdout)
                 if agreed.signum:
                     self.log.line(f"interrupted at episode {s.global_episodes}, checkpoint saved")
                     self.comm.barrier()  # nobody exits before rank 0 has written
@@ -140,13 +152,15 @@ class Trainer:
                     parameters_in_sync(self.comm, self.agent, self.optimizer)
             self.log.line(f"Training finished: {s.global_episodes} episodes, {s.update} updates, "
                           f"{s.env_steps} env steps in {time.perf_counter() - start:.1f}s")
-            if self.rank == 0:
-                for line in self._summary():
-                    self.log.line(line)
             if os.environ.get(DUMP_FINAL_VARIABLE):
                 torch.save({"model": self.agent.state_dict(), "optimizer": self.optimizer.state_dict()},
                            Path(os.environ[DUMP_FINAL_VARIABLE]) / f"rank{self.rank}_final.pt")
-            self.comm.barrier()
+            peaks = self.comm.gather_objects(peak_rss_mb())  # also the barrier: nobody leaves before the rest
+            if self.rank == 0:
+                self.log.line(f"Time by phase (rank 0): {clock.shares() if clock.seconds else 'no update run'}")
+                self.log.line(f"Peak memory per worker: {' / '.join(f'{p:.0f}' for p in peaks)} MiB")
+                for line in self._summary():
+                    self.log.line(line)
             return 0
         finally:
             self.log.close()

@@ -8,6 +8,7 @@ different number of workers, and the rendezvous port choice.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import time
@@ -101,6 +102,11 @@ def test_episode_split_end_to_end(spawned):
     assert "episodes per worker: 6 / 5" in result.stdout
     assert episode_lines(result.cwd / "training.log")[-1].startswith("Episode 11/11 ")
     assert "Training finished: 11 episodes" in result.stdout
+    phases = re.search(r"^Time by phase \(rank 0\): rollout \d+%, gather \d+%, update \d+%, agreement \d+%, "
+                       r"logging \d+%, hold-out \d+%, checkpoints \d+%$", result.stdout, re.M)
+    assert phases, result.stdout
+    peaks = re.search(r"^Peak memory per worker: (\d+) / (\d+) MiB$", result.stdout, re.M)
+    assert peaks and all(50 < int(p) < 4096 for p in peaks.groups()), result.stdout
     state = newest_checkpoint(result.cwd / "checkpoints")
     assert state["counters"]["global_episodes"] == 11
     assert [rank["rank_episodes"] for rank in state["ranks"]] == [6, 5]

@@ -1,0 +1,148 @@
+"""Scaling: the same --episodes on 1 worker and on 2 gloo workers, both with default flags.
+
+Runs the real command line (``train_ppo_lstm.py``, and ``--distributed --device cpu
+--num-workers 2``), one run at a time, alternating, ``--repeats`` times each. For each it
+reports the wall time and the speed-up over one worker; the seconds from the command to
+the first finished update (start-up: imports, spawn, rendezvous, env and model set-up);
+rank 0's share of loop time per phase (rollout, gather, update, agreement, logging,
+hold-out, checkpoints; from the run's ``Time by phase`` line); the peak RSS of each
+worker; and what it learned: the mean episode reward of the last 10 % of episodes
+(from ``metrics.csv``) and the final simulated hold-out return, so that a faster run
+that learns worse shows. Prints a table and one JSON line.
+
+    python bench/scaling.py [--episodes 400] [--repeats 2] [--market regime]
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN = str(ROOT / "train_ppo_lstm.py")
+PHASE = re.compile(r"Time by phase \(rank 0\): (.*)$", re.M)
+PEAK = re.compile(r"Peak memory per worker: (.*) MiB$", re.M)
+HOLDOUT = re.compile(r"^Holdout @ episode \d+ - Return: ([+-]?\d+\.\d+)%", re.M)
+
+
+def run_once(workers: int, episodes: int, market: str, seed: int) -> dict[str, Any]:
+    """One training command to the end; its timings, memory and learning figures."""
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp)
+        command = [sys.executable, TRAIN, "--episodes", str(episodes), "--market", market, "--seed", str(seed),
+                   "--device", "cpu", "--no-progress", "--checkpoint-dir", str(run / "ck"),
+                   "--log-file", str(run / "training.log")]
+        if workers > 1:
+            command += ["--distributed", "--num-workers", str(workers)]
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+        metrics = run / "ck" / "metrics.csv"
+        start = time.perf_counter()
+        process = subprocess.Popen(command, cwd=run, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True)
+        first_update = None
+        while process.poll() is None:
+            if first_update is None and _rows(metrics) >= 1:
+                first_update = time.perf_counter() - start
+            time.sleep(0.02)
+        wall = time.perf_counter() - start
+        output = process.stdout.read() if process.stdout else ""
+        if process.returncode != 0:
+            raise SystemExit(f"run with {workers} worker(s) failed ({process.returncode}):\n{output[-2000:]}")
+        if first_update is None:
+            first_update = wall
+        rows = _read(metrics)
+        phases = dict((name, float(share.rstrip("%"))) for name, share in
+                      (part.rsplit(" ", 1) for part in PHASE.search(output).group(1).split(", ")))
+        peaks = [float(x) for x in PEAK.search(output).group(1).split(" / ")]
+        holdouts = HOLDOUT.findall(output)
+        return {"workers": workers, "wall_s": wall, "startup_s": first_update, "updates": len(rows),
+                "phases_pct": phases, "peak_rss_mib": peaks, "last10_reward": _last_reward(rows, episodes),
+                "holdout_return_pct": float(holdouts[-1]) if holdouts else None}
+
+
+def _rows(path: Path) -> int:
+    try:
+        with open(path) as handle:
+            return max(0, sum(1 for _ in handle) - 1)
+    except OSError:
+        return 0
+
+
+def _read(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _last_reward(rows: list[dict[str, str]], episodes: int) -> float:
+    """Mean episode reward over the updates that finished the last 10 % of episodes."""
+    cut = 0.9 * episodes
+    total = count = 0.0
+    for row in rows:
+        n = float(row["episodes_finished"] or 0)
+        if float(row["episodes"]) > cut and n:
+            total += float(row["mean_reward"]) * n
+            count += n
+    return total / max(count, 1.0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--episodes", type=int, default=400)
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each worker count (alternating)")
+    parser.add_argument("--market", default="regime")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+
+    results: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
+    for _ in range(args.repeats):
+        for workers in (1, 2):
+            results[workers].append(run_once(workers, args.episodes, args.market, args.seed))
+
+    def median(workers: int, key: str) -> float:
+        return statistics.median(r[key] for r in results[workers])
+
+    summary = {}
+    for workers in (1, 2):
+        runs = results[workers]
+        phases = {p: statistics.median(r["phases_pct"].get(p, 0.0) for r in runs) for p in runs[0]["phases_pct"]}
+        summary[workers] = {
+            "wall_s": round(median(workers, "wall_s"), 2), "startup_s": round(median(workers, "startup_s"), 2),
+            "updates": runs[0]["updates"], "phases_pct": phases,
+            "peak_rss_mib": [round(max(r["peak_rss_mib"][i] for r in runs)) for i in range(workers)],
+            "last10_reward": round(median(workers, "last10_reward"), 3),
+            "holdout_return_pct": runs[0]["holdout_return_pct"],
+            "walls_s": [round(r["wall_s"], 2) for r in runs],
+        }
+    speedup = summary[1]["wall_s"] / summary[2]["wall_s"]
+
+    phase_names = list(summary[1]["phases_pct"])
+    header = (["workers", "wall s (median)", "speed-up", "start-up s", "updates"] + [f"{p} %" for p in phase_names]
+              + ["peak RSS MiB/worker", "reward, last 10 %", "hold-out return %"])
+    print(f"Scaling: --episodes {args.episodes} --market {args.market} --seed {args.seed}, default flags, "
+          f"{args.repeats} run(s) each, {os.cpu_count()} CPUs")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for workers in (1, 2):
+        s = summary[workers]
+        cells = [str(workers), f"{s['wall_s']:.1f}", f"{summary[1]['wall_s'] / s['wall_s']:.2f}x",
+                 f"{s['startup_s']:.1f}", str(s["updates"])]
+        cells += [f"{s['phases_pct'].get(p, 0.0):.0f}" for p in phase_names]
+        cells += [" / ".join(map(str, s["peak_rss_mib"])), f"{s['last10_reward']:.2f}",
+                  "-" if s["holdout_return_pct"] is None else f"{s['holdout_return_pct']:+.2f}"]
+        print("| " + " | ".join(cells) + " |")
+    print(json.dumps({"bench": "scaling", "episodes": args.episodes, "market": args.market, "seed": args.seed,
+                      "repeats": args.repeats, "cpus": os.cpu_count(), "speedup_2_vs_1": round(speedup, 3),
+                      "one_worker": summary[1], "two_workers": summary[2]}))
+
+
+if __name__ == "__main__":
+    main()
