@@ -1,9 +1,14 @@
 """Training throughput: env-steps/s of the full PPO-LSTM loop (rollout + update), one core.
 
-Runs ppo-lstm-trader's trainer and, when installed, sb3-contrib's RecurrentPPO on
-the same trading env with the same sizes (8 envs x 16 steps = 128 transitions per
-update, 4 epochs x 4 minibatches, MLP 64x64, one shared LSTM of 64). Prints a table
-and one JSON line; compare the ratio, not the absolute numbers (shared machine).
+Runs ppo-lstm-trader's trainer and, when installed, sb3-contrib's RecurrentPPO on the
+same trading env with the same sizes, at two configurations:
+
+* ``defaults``: this project's defaults, 8 envs x 16 steps = 128 transitions per
+  update, 4 epochs x 4 minibatches, MLP 64x64, one shared LSTM of 64;
+* ``matched``: 8 envs x 128 steps = 1024 transitions per update, 4 epochs x 4
+  minibatches, the same sizes (close to RecurrentPPO's own defaults).
+
+Prints a table and one JSON line; compare the ratios, not the absolute numbers (shared machine).
 
     python bench/train_throughput.py [--steps 20480]
 """
@@ -31,24 +36,25 @@ from ppo_lstm.distributed import LocalComm, Worker  # noqa: E402
 from ppo_lstm.shutdown import StopRequest  # noqa: E402
 from ppo_lstm.trainer import Trainer  # noqa: E402
 
-NUM_ENVS, STEPS, EPOCHS, MINIBATCHES, SIZE = 8, 16, 4, 4, 64
+NUM_ENVS, EPOCHS, MINIBATCHES, SIZE = 8, 4, 4, 64
+CONFIGS = {"defaults": 16, "matched": 128}  # rollout steps per env and update
 
 
-def ours(total_steps: int, env: EnvConfig) -> float:
+def ours(total_steps: int, env: EnvConfig, steps: int) -> float:
     """env-steps/s of ppo-lstm-trader's trainer (in-process, the same loop as the CLI)."""
     episodes = max(NUM_ENVS, total_steps // env.episode_length)
     with tempfile.TemporaryDirectory() as tmp:
-        config = TrainConfig(episodes=episodes, num_envs=NUM_ENVS, update_interval=NUM_ENVS * STEPS,
+        config = TrainConfig(episodes=episodes, num_envs=NUM_ENVS, update_interval=NUM_ENVS * steps,
                              epochs=EPOCHS, minibatches=MINIBATCHES, hidden_size=SIZE, lstm_size=SIZE,
                              progress=False, log_file=os.path.join(tmp, "log"), checkpoint_dir=tmp,
-                             checkpoint_interval=10**9, log_interval=10**9, env=env)
+                             checkpoint_interval=10**9, log_interval=10**9, holdout=0.0, env=env)
         trainer = Trainer(config, Worker(LocalComm(), 0, torch.device("cpu")), None, StopRequest())
         start = time.perf_counter()
         trainer.run()
         return trainer.state.env_steps / (time.perf_counter() - start)
 
 
-def sb3_recurrent_ppo(total_steps: int, env: EnvConfig) -> float | None:
+def sb3_recurrent_ppo(total_steps: int, env: EnvConfig, steps: int) -> float | None:
     """env-steps/s of sb3-contrib RecurrentPPO on the same env, or None if not installed."""
     try:
         from sb3_contrib import RecurrentPPO
@@ -59,7 +65,7 @@ def sb3_recurrent_ppo(total_steps: int, env: EnvConfig) -> float | None:
     from envs.trading_env import TradingEnv
 
     vec = make_vec_env(lambda: TradingEnv(env), n_envs=NUM_ENVS, seed=1)
-    model = RecurrentPPO("MlpLstmPolicy", vec, n_steps=STEPS, batch_size=NUM_ENVS * STEPS // MINIBATCHES,
+    model = RecurrentPPO("MlpLstmPolicy", vec, n_steps=steps, batch_size=NUM_ENVS * steps // MINIBATCHES,
                          n_epochs=EPOCHS, seed=1, device="cpu",
                          policy_kwargs=dict(lstm_hidden_size=SIZE, net_arch=[SIZE, SIZE], shared_lstm=True,
                                             enable_critic_lstm=False))
@@ -75,18 +81,25 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     env = EnvConfig(market=args.market)
-    results = {"ppo-lstm-trader": ours(args.steps, env), "sb3-contrib RecurrentPPO": sb3_recurrent_ppo(args.steps, env)}
-    base = results["sb3-contrib RecurrentPPO"]
-    print(f"{'trainer':<28}{'env-steps/s':>14}{'vs sb3-contrib':>16}")
-    for name, sps in results.items():
-        if sps is None:
-            continue
-        ratio = f"{sps / base:.1f}x" if base else "-"
-        print(f"{name:<28}{sps:>14,.0f}{ratio:>16}")
-    print(json.dumps({"bench": "train_throughput", "steps": args.steps, "market": args.market,
-                      "threads": 1, "env_steps_per_s": results,
-                      "ratio_vs_sb3": (results["ppo-lstm-trader"] / base) if base else None}))
-
+    results: dict[str, dict[str, float | None]] = {}
+    for name, steps in CONFIGS.items():
+        results[name] = {"ppo-lstm-trader": ours(args.steps, env, steps),
+                         "sb3-contrib RecurrentPPO": sb3_recurrent_ppo(args.steps, env, steps)}
+    print(f"{'config':<10}{'batch':>7}{'trainer':>28}{'env-steps/s':>14}{'vs sb3-contrib':>16}")
+    ratios: dict[str, float | None] = {}
+    for name, steps in CONFIGS.items():
+        base = results[name]["sb3-contrib RecurrentPPO"]
+        ours_sps = results[name]["ppo-lstm-trader"]
+        ratios[name] = ours_sps / base if base and ours_sps else None
+        for trainer, sps in results[name].items():
+            if sps is None:
+                continue
+            ratio = f"{sps / base:.1f}x" if base else "-"
+            print(f"{name:<10}{NUM_ENVS * steps:>7}{trainer:>28}{sps:>14,.0f}{ratio:>16}")
+    print(json.dumps({"bench": "train_throughput", "steps": args.steps, "market": args.market, "threads": 1,
+                      "configs": {n: {"envs": NUM_ENVS, "steps_per_env": t, "epochs": EPOCHS,
+                                      "minibatches": MINIBATCHES, "size": SIZE} for n, t in CONFIGS.items()},
+                      "env_steps_per_s": results, "ratio_vs_sb3": ratios}))
 
 if __name__ == "__main__":
     main()

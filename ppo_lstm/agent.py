@@ -84,3 +84,17 @@ class RecurrentActorCritic(nn.Module):
             outputs.append(out)
         hidden = torch.cat(outputs) if len(outputs) > 1 else outputs[0]  # [T, B, H]
         return self.policy_head(hidden), self.value_head(hidden).squeeze(-1), (h, c)
+
+    def step(self, obs: Tensor, state: LSTMState, episode_starts: Tensor) -> tuple[Tensor, Tensor, LSTMState]:
+        """One time step of B envs: :meth:`forward` with ``T = 1``, for the rollout and backtests.
+
+        Args: ``obs`` ``[B, D]``; ``state`` ``(h, c)``, each ``[1, B, H]``; ``episode_starts``
+        ``[B]``. Returns logits ``[B, A]``, values ``[B]`` and the new state. The LSTM is
+        stepped with ``torch.lstm_cell`` on its own weights: several times cheaper per step
+        than ``nn.LSTM`` on the CPU, and equal to :meth:`forward` up to float rounding.
+        """
+        keep = (1.0 - episode_starts.to(obs.dtype)).view(-1, 1)  # [B, 1]
+        lstm = self.lstm
+        h, c = torch.lstm_cell(self.encoder(obs), (state[0][0] * keep, state[1][0] * keep), lstm.weight_ih_l0,
+                               lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0)
+        return self.policy_head(h), self.value_head(h).squeeze(-1), (h[None], c[None])

@@ -226,34 +226,20 @@ def _play(core: TradingCore, agent: RecurrentActorCritic, n: int, steps: int, gr
 class PolicyStepper:
     """The agent's policy one time step at a time, its LSTM state carried from call to call.
 
-    ``__call__(obs [n, D] float32 numpy) -> logits [n, A]``, starting from the zero state.
-    A single-layer LSTM is stepped with ``torch.lstm_cell`` on the agent's own weights
-    (about 4x cheaper per step than ``nn.LSTM``; the logits agree with
-    ``agent.forward`` to float32 rounding); any other trunk goes through ``agent.forward``.
-    Call it under ``torch.inference_mode()`` or ``torch.no_grad()``.
+    ``__call__(obs [n, D] float32 numpy) -> logits [n, A]``, starting from the zero state,
+    through :meth:`RecurrentActorCritic.step` (``torch.lstm_cell``: logits equal to
+    ``agent.forward``'s up to float32 rounding). Call it under ``torch.inference_mode()``
+    or ``torch.no_grad()``.
     """
 
     def __init__(self, agent: RecurrentActorCritic, n: int, device: torch.device | str) -> None:
         self.agent, self.device = agent, device
-        lstm = agent.lstm
-        self.cell = (lstm.num_layers == 1 and not lstm.bidirectional and not lstm.batch_first
-                     and getattr(lstm, "proj_size", 0) == 0 and lstm.bias)
         self.state = agent.initial_state(n, device)  # (h, c), each [1, n, H]
-        self.first = True
+        self.starts = torch.zeros(n, device=device)  # the zero state needs no reset
 
     def __call__(self, obs: np.ndarray) -> torch.Tensor:
-        x = torch.from_numpy(obs).to(self.device)
-        agent = self.agent
-        if not self.cell:
-            starts = torch.full((1, x.shape[0]), 1.0 if self.first else 0.0, device=self.device)
-            logits, _, self.state = agent(x[None], self.state, starts)
-            self.first = False
-            return logits[0]
-        lstm = agent.lstm
-        h, c = torch.lstm_cell(agent.encoder(x), (self.state[0][0], self.state[1][0]), lstm.weight_ih_l0,
-                               lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0)
-        self.state = (h[None], c[None])
-        return agent.policy_head(h)
+        logits, _, self.state = self.agent.step(torch.from_numpy(obs).to(self.device), self.state, self.starts)
+        return logits
 
 
 def _trades(position: np.ndarray, opens: np.ndarray, units: float, config: EnvConfig) -> tuple[np.ndarray, float]:

@@ -37,6 +37,25 @@ class RolloutBatch:
         """A new batch with ``fn(name, tensor)`` applied to every field."""
         return RolloutBatch(**{f.name: fn(f.name, getattr(self, f.name)) for f in fields(self)})
 
+    def gathered(self, gather: Callable[[Tensor], Tensor]) -> "RolloutBatch":
+        """Every rank's batch side by side, ``[T, N * W]``, through ONE collective.
+
+        Each env's sequence is packed into one row of ``[N, F]`` (``F = T * (D + 7) + 2H``:
+        its observations, the seven ``[T]`` fields and its initial ``h`` and ``c``);
+        ``gather`` concatenates the ranks' rows along dim 0 (rank order), and the rows
+        are unpacked into fields again. One all_gather instead of one per field.
+        """
+        steps, envs = self.actions.shape
+        names = [f.name for f in fields(self)]
+        rows = [getattr(self, n).transpose(0, 1).reshape(envs, -1) for n in names]  # each [N, *]
+        widths = [r.shape[1] for r in rows]
+        gathered = gather(torch.cat(rows, dim=1))  # [N * W, F]
+        out = {}
+        for name, part in zip(names, gathered.split(widths, dim=1)):
+            shape = getattr(self, name).shape  # [T or 1, N, ...]
+            out[name] = part.reshape(part.shape[0], shape[0], *shape[2:]).transpose(0, 1).contiguous()
+        return RolloutBatch(**out)
+
     def select_envs(self, env_index: Tensor) -> "RolloutBatch":
         """The sequences of the envs in ``env_index`` ``[B]`` (env dim is 1 for every field)."""
         return self.map(lambda _, t: t[:, env_index])

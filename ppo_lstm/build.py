@@ -18,11 +18,14 @@ def build_agent(config: TrainConfig) -> RecurrentActorCritic:
 
 
 def build_optimizer(config: TrainConfig, agent: RecurrentActorCritic) -> torch.optim.Adam:
-    """Adam with two parameter groups: actor (encoder, LSTM, policy) and critic (value head)."""
+    """Adam with two parameter groups: actor (encoder, LSTM, policy) and critic (value head).
+
+    The fused kernel (one call per group for every parameter) cost about a fifth less
+    per update than ``foreach`` at the default sizes on the CPU (bench/train_throughput.py)."""
     return torch.optim.Adam([
         {"params": agent.actor_parameters(), "lr": config.learning_rate_actor, "name": "actor"},
         {"params": agent.critic_parameters(), "lr": config.learning_rate_critic, "name": "critic"},
-    ], eps=1e-5, foreach=True)
+    ], eps=1e-5, fused=True)
 
 
 def check_model_matches(config: TrainConfig, saved: dict[str, Any], path: Path) -> None:

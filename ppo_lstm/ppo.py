@@ -56,8 +56,10 @@ def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, ba
     """Run ``epochs`` passes of minibatch PPO over ``batch`` (``[T, B_total]`` sequences).
 
     Every rank calls this with the same combined batch and the same generator state,
-    so every rank takes identical steps. The target-KL early stop and the
-    non-finite-loss stop are decided on cross-rank means, so all ranks stop together.
+    so every rank takes identical steps. With ``target_kl``, the early stop and the
+    non-finite-loss stop are decided on cross-rank means after each epoch, so all ranks
+    stop together; without it the loop holds no collective (a non-finite loss ends it
+    locally, and the trainer's one agreement per update undoes the update everywhere).
     """
     num_envs = batch.num_envs
     if num_envs % settings.minibatches:
@@ -72,9 +74,9 @@ def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, ba
         for envs in order.view(settings.minibatches, -1):  # [M, B / M] env indices
             mb = batch.select_envs(envs)
             logits, values, _ = agent(mb.obs, (mb.initial_h, mb.initial_c), mb.episode_starts)
-            dist = torch.distributions.Categorical(logits=logits, validate_args=False)
-            new_log_probs = dist.log_prob(mb.actions.long())
-            entropy = dist.entropy().mean()
+            all_log_probs = logits.log_softmax(-1)  # [T, B/M, A]
+            new_log_probs = all_log_probs.gather(-1, mb.actions.long().unsqueeze(-1)).squeeze(-1)  # [T, B/M]
+            entropy = -(all_log_probs.exp() * all_log_probs).sum(-1).mean()
             log_ratio = new_log_probs - mb.log_probs
             ratio = log_ratio.exp()
             with torch.no_grad():
@@ -105,13 +107,18 @@ def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, ba
                                  approx_kl, clip_fraction, torch.ones((), device=device)])
             epoch_kl = torch.maximum(epoch_kl, approx_kl)
         epochs_run += 1
-        # One collective per epoch on every rank, whatever happened locally: no rank can
-        # leave the loop while another waits for it.
+        if settings.target_kl is None:
+            if not finite:
+                break  # no collective in this loop, so no rank waits; the trainer agrees on the skip
+            continue
+        # With a KL target, one collective per epoch on every rank, whatever happened
+        # locally: the stop is decided on the cross-rank mean, and no rank can leave the
+        # loop while another waits for it.
         kl_mean, any_bad = comm.mean(torch.stack([epoch_kl, torch.tensor(float(not finite), device=device)]))
         if any_bad > 0:
             finite = False
             break
-        if settings.target_kl is not None and float(kl_mean) > settings.target_kl:
+        if float(kl_mean) > settings.target_kl:
             break
 
     count = max(float(sums[5]), 1.0)

@@ -58,15 +58,14 @@ class RolloutCollector:
             obs = torch.as_tensor(self.obs, device=self.device)  # [N, D]
             starts = torch.as_tensor(self.episode_start, device=self.device, dtype=torch.float32)  # [N]
             with torch.no_grad():
-                logits, values, self.lstm_state = self.agent(obs[None], self.lstm_state, starts[None])
-                logits, values = logits[0], values[0]  # [N, A], [N]
+                logits, values, self.lstm_state = self.agent.step(obs, self.lstm_state, starts)  # [N, A], [N]
                 try:  # multinomial itself rejects inf/nan probabilities: no extra check on the hot path
                     actions = torch.multinomial(logits.softmax(-1), 1, generator=self.sample_generator).squeeze(-1)
                 except RuntimeError as err:
                     raise TrainingError(f"the policy gave non-finite outputs after update {update} ({err}); "
                                         f"lower --learning-rate-actor/--learning-rate-critic or --max-grad-norm, "
                                         f"or check --data") from None
-                log_probs = torch.distributions.Categorical(logits=logits, validate_args=False).log_prob(actions)
+                log_probs = logits.log_softmax(-1).gather(-1, actions[:, None])[:, 0]  # [N]
             self.obs, rewards, terminated, truncated, info = self.env.step(actions.cpu().numpy())
             rewards_t = torch.as_tensor(rewards, dtype=torch.float32, device=self.device)
             cut = truncated & ~terminated

@@ -126,7 +126,7 @@ class Trainer:
                     s.env_steps += self.steps * c.num_envs * self.world_size
                     batch = self.rollout.finish()  # [T, N]
                 with clock("gather"):
-                    batch = batch.map(lambda _, t: self.comm.gather(t, dim=1))  # [T, N*W]
+                    batch = batch.gathered(lambda rows: self.comm.gather(rows, dim=0))  # [T, N*W]
                 with clock("update"):
                     stats, skipped = self._update(batch)
                 with clock("agreement"):

@@ -68,6 +68,25 @@ def test_segmented_replay_equals_a_step_by_step_loop():
     assert torch.allclose(full_state[0], s[0], atol=1e-6)
 
 
+def test_step_equals_forward_one_step_at_a_time_with_resets():
+    """The rollout's one-step path (lstm_cell) gives forward's logits, values and state."""
+    torch.manual_seed(2)
+    agent = RecurrentActorCritic(obs_dim=5, num_actions=3, hidden_size=8, lstm_size=8)
+    T, B = 12, 3
+    obs, starts = torch.randn(T, B, 5), torch.zeros(T, B)
+    starts[0], starts[5, 1], starts[9, :] = 1, 1, 1
+    with torch.no_grad():
+        logits, values, final = agent(obs, agent.initial_state(B), starts)
+        state, stepped = (torch.randn(1, B, 8), torch.randn(1, B, 8)), []  # reset at t=0 must drop it
+        for t in range(T):
+            lg, v, state = agent.step(obs[t], state, starts[t])
+            stepped.append((lg, v))
+    assert torch.allclose(torch.stack([lg for lg, _ in stepped]), logits, atol=1e-6)
+    assert torch.allclose(torch.stack([v for _, v in stepped]), values, atol=1e-6)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(state, final))
+    assert state[0].shape == (1, B, 8)
+
+
 def test_replay_from_stored_state_reproduces_rollout_log_probs(tmp_path):
     """The first minibatch of an update sees ratio 1: replaying each env sequence from
     the stored initial (h, c) with done-masking gives the rollout's log-probs."""

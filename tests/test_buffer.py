@@ -44,3 +44,29 @@ def test_buffer_shapes_and_finish():
     # finish() hands out copies: refilling the buffer does not change the batch
     buf.obs.zero_()
     assert batch.obs[3, 0, 0].item() == 3.0
+
+
+def test_gathered_packs_every_field_into_one_collective_and_back():
+    """``gathered`` sends one [N, F] tensor; unpacked, rank r's envs sit at N*r..N*r+N-1."""
+    from ppo_lstm.buffer import RolloutBatch
+
+    g = torch.Generator().manual_seed(0)
+    T, N, D, H = 5, 3, 4, 2
+    batch = RolloutBatch(obs=torch.randn(T, N, D, generator=g),
+                         **{k: torch.randn(T, N, generator=g) for k in ("actions", "log_probs", "values", "rewards",
+                                                                       "episode_starts", "advantages", "returns")},
+                         initial_h=torch.randn(1, N, H, generator=g), initial_c=torch.randn(1, N, H, generator=g))
+    calls = []
+
+    def two_ranks(rows):
+        calls.append(rows.shape)
+        return torch.cat([rows, rows + 100.0])  # "rank 1" holds the same envs shifted by 100
+
+    both = batch.gathered(two_ranks)
+    assert calls == [(N, T * (D + 7) + 2 * H)]
+    for name in ("obs", "actions", "log_probs", "values", "rewards", "episode_starts", "advantages", "returns",
+                 "initial_h", "initial_c"):
+        ours, got = getattr(batch, name), getattr(both, name)
+        assert got.shape == (ours.shape[0], 2 * N, *ours.shape[2:]) and got.is_contiguous(), name
+        assert torch.equal(got[:, :N], ours) and torch.equal(got[:, N:], ours + 100.0), name
+    assert torch.equal(batch.gathered(lambda rows: rows).obs, batch.obs)  # one worker: unchanged
