@@ -287,7 +287,8 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
         fewest = max(m for m in range(1, total + 1) if total % m == 0 and steps * total // m >= 2)
         raise UsageError(
             f"--minibatches {config.minibatches} leaves one transition per minibatch "
-            f"({update_batch(config, world_size)} transitions / {config.minibatches}), too few to normalise advantages; use --minibatches {fewest} "
+            f"({update_batch(config, world_size)} transitions / {config.minibatches}), too few to normalise "
+            f"advantages; use --minibatches {fewest} "
             f"or fewer, a larger --update-interval, or --no-norm-adv"
         )
 

@@ -173,6 +173,30 @@ def run_cli(cwd: Path, *args: str, timeout: float = 90.0, launcher: Optional[Seq
     return Run(cwd, args, launcher, env).wait(timeout)
 
 
+def cli_in_process(cwd: Path, *args: str) -> Result:
+    """The training CLI's ``main()`` run in this process from ``cwd``: for checks that end
+    before any worker starts (bad flags, impossible configurations), without a Python
+    start-up per case. Same code path as the script; stdout and stderr are captured."""
+    import contextlib
+    import io
+
+    from ppo_lstm.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    previous = os.getcwd()
+    started = time.monotonic()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as stop:  # argparse's own errors
+                code = int(stop.code or 0)
+    finally:
+        os.chdir(previous)
+    return Result(code, out.getvalue(), err.getvalue(), Path(cwd), time.monotonic() - started)
+
+
 def torchrun(*args: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", *args]
 

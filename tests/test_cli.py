@@ -79,7 +79,9 @@ def test_help_lists_every_flag_with_defaults(tmp_path):
 
 
 def test_bad_update_interval_is_one_line_exit_2(tmp_path):
-    result = run_cli(tmp_path, "--update-interval", "30", "--num-envs", "4")
+    from conftest import cli_in_process
+
+    result = cli_in_process(tmp_path, "--update-interval", "30", "--num-envs", "4")
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1 and "--update-interval 30" in result.stderr
     assert "Traceback" not in result.stderr

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import (SPAWN2, TINY, Run, assert_models_equal, assert_no_process_left, children_of, episode_lines,
-                      free_port, load_state, run_cli, torchrun, training_started, wait_for, TRAIN)
+from conftest import (SPAWN2, TINY, TRAIN, Run, assert_models_equal, assert_no_process_left, children_of,
+                      cli_in_process, episode_lines, free_port, load_state, run_cli, torchrun, training_started,
+                      wait_for)
 from ppo_lstm.config import TrainConfig, steps_per_env
 from ppo_lstm.distributed import episode_share
 from ppo_lstm.errors import UsageError
@@ -127,7 +128,7 @@ def test_steps_per_env_unit():
 
 
 def test_update_interval_not_dividing_exits_2(cwd):
-    result = run_cli(cwd, *TINY, *SPAWN2, "--update-interval", "30", "--episodes", "4", timeout=60)
+    result = cli_in_process(cwd, *TINY, *SPAWN2, "--update-interval", "30", "--episodes", "4")
     assert result.returncode == 2
     assert len(result.error_lines()) == 1, result.stderr
     assert "--update-interval 30 does not divide into 2 worker(s) x 2 envs" in result.stderr

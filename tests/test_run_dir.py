@@ -15,7 +15,7 @@ import torch
 from ppo_lstm.checkpoint import CheckpointDir, RunLock, load_checkpoint
 from ppo_lstm.errors import UsageError
 
-from conftest import TINY, episode_lines, run_cli
+from conftest import TINY, cli_in_process, episode_lines, run_cli
 
 FIRST = [*TINY, "--episodes", "8", "--checkpoint-interval", "4", "--log-interval", "4"]
 _MARKET = TINY.index("--market")
@@ -150,7 +150,7 @@ def test_layout_warning_only_when_the_layout_changed_and_only_once(cwd):
 
 
 def test_minibatch_of_one_transition_is_refused_at_start(cwd):
-    result = run_cli(cwd, *TINY, "--update-interval", "8", "--num-envs", "8", "--minibatches", "8")
+    result = cli_in_process(cwd, *TINY, "--update-interval", "8", "--num-envs", "8", "--minibatches", "8")
     assert result.returncode == 2
     assert result.error_lines() == [
         "error: --minibatches 8 leaves one transition per minibatch (8 transitions / 8), too few to normalise "
@@ -159,7 +159,7 @@ def test_minibatch_of_one_transition_is_refused_at_start(cwd):
 
 
 def test_resume_and_overwrite_together_are_refused(cwd):
-    result = run_cli(cwd, *TINY, "--resume", "--overwrite")
+    result = cli_in_process(cwd, *TINY, "--resume", "--overwrite")
     assert result.returncode == 2 and len(result.error_lines()) == 1
     assert "pass only one of them" in result.stderr
 

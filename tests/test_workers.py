@@ -18,7 +18,7 @@ import sys
 import pytest
 import torch
 
-from conftest import SPAWN2, TINY, TRAIN, episode_lines, run_cli
+from conftest import SPAWN2, TINY, TRAIN, cli_in_process, episode_lines, run_cli
 from ppo_lstm.config import TrainConfig, validate
 from ppo_lstm.errors import UsageError
 
@@ -78,7 +78,7 @@ def test_spawned_cpu_workers_use_one_thread_each(cwd):
 
 
 def test_zero_threads_is_one_line_exit_2(cwd):
-    result = run_cli(cwd, *TINY, "--episodes", "2", "--threads", "0", timeout=60)
+    result = cli_in_process(cwd, *TINY, "--episodes", "2", "--threads", "0")
     assert result.returncode == 2
     assert result.error_lines() == ["error: --threads must be at least 1, got 0"]
 
@@ -99,7 +99,7 @@ def more_gpus_than_visible() -> tuple[int, int]:
 def test_more_gpus_than_visible_is_a_startup_error(cwd, args):
     """--num-gpus 4 on a machine without a GPU used to run 4 CPU workers after a warning."""
     visible, wanted = more_gpus_than_visible()
-    result = run_cli(cwd, *TINY_ANY_DEVICE, "--episodes", "2", *args, str(wanted), timeout=60)
+    result = cli_in_process(cwd, *TINY_ANY_DEVICE, "--episodes", "2", *args, str(wanted))
     assert result.returncode == 2, result.output
     assert len(result.error_lines()) == 1, result.stderr
     line = result.error_lines()[0]
@@ -112,15 +112,15 @@ def test_more_gpus_than_visible_is_a_startup_error(cwd, args):
 def test_explicit_cuda_without_gpu_names_the_cpu_alternative(cwd):
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is visible here")
-    result = run_cli(cwd, *TINY_ANY_DEVICE, "--episodes", "2", "--device", "cuda", "--distributed",
-                     "--num-gpus", "4", timeout=60)
+    result = cli_in_process(cwd, *TINY_ANY_DEVICE, "--episodes", "2", "--device", "cuda", "--distributed",
+                            "--num-gpus", "4")
     assert result.returncode == 2
     assert result.error_lines() == ["error: --device cuda was asked for but no CUDA device is visible; use "
                                     "--device cpu (with --num-workers N for N CPU workers)"]
 
 
 def test_nccl_backend_on_cpu_is_a_startup_error(cwd):
-    result = run_cli(cwd, *TINY, *SPAWN2, "--episodes", "2", "--backend", "nccl", timeout=60)
+    result = cli_in_process(cwd, *TINY, *SPAWN2, "--episodes", "2", "--backend", "nccl")
     assert result.returncode == 2
     assert result.error_lines() == ["error: --backend nccl needs CUDA devices; CPU workers use gloo "
                                     "(leave --backend out)"]
