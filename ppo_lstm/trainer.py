@@ -117,6 +117,7 @@ class Trainer:
             finished = s.global_episodes >= c.episodes
             while not finished:
                 tic = time.perf_counter()
+                self._ramp_costs()
                 records = s.take_quota(self.rollout.collect(s.update))  # [k, 6] this rank counts
                 s.env_steps += self.steps * c.num_envs * self.world_size
                 batch = self.rollout.finish().map(lambda _, t: self.comm.gather(t, dim=1))  # [T, N*W]
@@ -156,6 +157,16 @@ class Trainer:
                           f"(update {s.update}); {max(0, c.episodes - s.global_episodes)} episodes left")
         for note in self.notes:
             self.log.line(note)
+
+    def _ramp_costs(self) -> None:
+        """--cost-warmup: this rollout's fee and slippage, a linear ramp over the run's first episodes."""
+        c = self.config
+        if c.cost_warmup <= 0.0:
+            return
+        frac = min(1.0, self.state.global_episodes / (c.cost_warmup * c.episodes))
+        ledger = self.rollout.env.core.ledger
+        ledger.fee = frac * c.env.fee_bps / 1e4
+        ledger.slip = frac * c.env.slippage_bps / 1e4
 
     def _update(self, batch: RolloutBatch) -> tuple[UpdateStats, bool]:
         """One PPO update; a non-finite one is undone (weights and optimizer) and counted."""
