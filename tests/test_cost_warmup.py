@@ -35,3 +35,10 @@ def test_costs_ramp_from_zero_to_the_configured_values(tmp_path):
 def test_cost_warmup_outside_0_1_is_a_usage_error():
     with pytest.raises(UsageError, match="--cost-warmup"):
         validate(TrainConfig(cost_warmup=1.5))
+
+
+def test_a_checkpoint_from_before_the_flag_keeps_full_costs():
+    saved = TrainConfig().to_dict()
+    del saved["cost_warmup"]
+    assert TrainConfig.from_dict(saved).cost_warmup == 0.0
+    assert TrainConfig.from_dict(TrainConfig().to_dict()).cost_warmup == TrainConfig().cost_warmup
