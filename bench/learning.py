@@ -20,13 +20,18 @@ the TRAINING paths, not the test paths); on ``ou`` the same known-model rule wit
 OU's expected return (-theta x deviation from the path's start). "% Bayes" is each
 score over that model rule's. Rules: ``bench/learning_baselines.py``.
 
-    python bench/learning.py                    # the benchmark (3 markets, 3 seeds; ~15 min on 2 cores)
+    python bench/learning.py                    # the benchmark (3 markets, 3 seeds; see below for time)
     python bench/learning.py --quick            # smoke run (~1 min)
     python bench/learning.py --markets regime-10bps --steps 384000 --no-sb3   # the issue's budget
     python bench/learning.py --set ent_coef=0.03 --set update_interval=512    # TrainConfig overrides
 
 Markets: regime-1bp, regime-10bps, ou-10bps, regime-10bps-csv (fee as named,
-slippage 0, every other EnvConfig field at its default). The csv market is one continuous
+slippage 0, every other EnvConfig field at its default).
+
+Time: 12 training runs (9 x 131072 steps, 3 RecurrentPPO x 65536) on ``--jobs 2``. At the
+~925 env-steps/s per core that bench/train_throughput.py measured here, that is about 13
+minutes on 2 otherwise idle cores (an estimate); measured: 2169 s on 2 cores shared with
+other jobs (bench/results/learning.txt). The csv market is one continuous
 regime path (default parameters) cut into a 60k-bar training file and the 20k bars after
 it as the test file. Its scores are not comparable with the simulated markets': a
 continuous backtest keeps the lot size fixed in units, so the exposure drifts with the
