@@ -46,8 +46,8 @@ class Ledger:
         if self.one_lot and K != 1:
             raise ValueError(f"the one-lot branch needs max_position 1, got {K}")
         self.initial_cash = config.initial_cash
-        self.fee = config.fee_bps / 1e4
-        self.slip = config.slippage_bps / 1e4
+        self.full_fee, self.full_slip = config.fee_bps / 1e4, config.slippage_bps / 1e4
+        self.fee, self.slip = self.full_fee, self.full_slip
         self.reward_per_dollar = config.reward_scale / config.initial_cash
         offset = 0 if config.no_short else K
         self._targets = np.arange(config.num_actions, dtype=np.float64) - offset  # action -> target lots
@@ -68,6 +68,12 @@ class Ledger:
         self._flags = np.zeros((2, n), bool)
         self._traded = np.zeros(n, bool)
         self._tmp = [np.empty(n) for _ in range(4)]
+
+    def scale_costs(self, fraction: float) -> None:
+        """Charge ``fraction`` (0..1) of the configured fee and slippage on fills from now on: a
+        training curriculum (``--cost-warmup``). Fees already paid stay paid; a lot closed
+        while the rate changes is counted a win against the current rate for both its fees."""
+        self.fee, self.slip = fraction * self.full_fee, fraction * self.full_slip
 
     def open(self, sel: np.ndarray | slice, ref: np.ndarray) -> None:
         """Fresh flat accounts for envs ``sel``; ``ref`` [m]: their close at the first decision.

@@ -16,7 +16,8 @@ from envs.accumulate import accumulate_time
 from envs.config import EnvConfig
 from envs.market import Market, Rows
 from envs.observation import normalise_paths
-from envs.simulated import JUMP, REGIME, log_first_open, process_groups, process_index, process_log_returns
+from envs.simulated import (JUMP, REGIME, log_first_open, process_groups, process_index, process_log_returns,
+                            regime_drift)
 from envs.variates import VariatePool
 
 _POOL_EPISODES = 8  # episodes of variates per pool refill
@@ -36,6 +37,13 @@ class SimulatedMarket(Market):
         self._paths = np.empty((n, B))  # env-major log returns before the transpose
         self._uniform = VariatePool(n, _POOL_EPISODES * (B + 8), normal=False)
         self._normal = VariatePool(n, _POOL_EPISODES * B, normal=True)
+        # Opt-in (``record_drift``): the hidden drift [N, W+L+1] of each env's current regime
+        # path (0 on other processes). Off in training; baselines that know the state read it.
+        self.drift: np.ndarray | None = None
+
+    def record_drift(self) -> None:
+        """From the next episode on, keep each regime path's hidden drift in ``self.drift``."""
+        self.drift = np.zeros((self.n, self.bars))
 
     @property
     def open(self) -> np.ndarray:
@@ -80,6 +88,8 @@ class SimulatedMarket(Market):
             ext = self._uniform.take(sub, B, rngs) if process in (REGIME, JUMP) else None
             jump_z = self._normal.take(sub, B, rngs) if process == JUMP else None
             r[at] = process_log_returns(market, process, u[at], z, ext, jump_z)
+            if self.drift is not None:
+                self.drift[sub] = regime_drift(market, u[at], ext) if process == REGIME else 0.0
         return log_first_open(u), r
 
     def _work(self, k: int, m: int, rows: int | None = None) -> np.ndarray:

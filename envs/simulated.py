@@ -115,12 +115,9 @@ def _log_returns(
         r = shocks
         r[:, 1:] -= p["theta"][:, None] * dev[:, :-1]  # shock - theta * deviation before it
     elif process == REGIME:
-        flips = np.where(ext < 1.0 - p["persistence"][:, None], -1.0, 1.0)
-        state = np.cumprod(flips, axis=1)
-        state *= p["start"][:, None] * p["drift"][:, None]  # +-drift
         r = sigma * z
         r -= 0.5 * sigma * sigma
-        r += state
+        r += _regime_drift(p, ext)
     elif process == JUMP:
         mean, std = p["jump_mean"], p["jump_std"]
         compensator = p["rate"] * (np.exp(mean + 0.5 * std * std) - 1.0)
@@ -155,6 +152,25 @@ def _log_returns(
     else:
         raise ValueError(f"unknown process index {process}")
     return r, vol
+
+
+def _regime_drift(p: dict[str, np.ndarray], ext: np.ndarray) -> np.ndarray:
+    """The hidden drift [m, length] (+-drift) of regime paths: bar t's state is the start
+    state flipped at every bar k <= t whose uniform ``ext[:, k]`` is below 1 - persistence."""
+    flips = np.where(ext < 1.0 - p["persistence"][:, None], -1.0, 1.0)
+    state = np.cumprod(flips, axis=1)
+    state *= p["start"][:, None] * p["drift"][:, None]
+    return state
+
+
+def regime_drift(market: str, u: np.ndarray, ext: np.ndarray) -> np.ndarray:
+    """The hidden per-bar drift [m, length] of m regime paths (the ``state`` term of their
+    log returns), from their parameter uniforms u [m, 8] and extra uniforms ext [m, length].
+
+    ``market`` is "regime" or "mixed" (randomised parameters; every row must be a regime
+    path). For baselines that know the hidden state (``bench/learning.py``).
+    """
+    return _regime_drift(_params(REGIME, u.T, market == "mixed"), ext)
 
 
 def check_market(market: str) -> None:

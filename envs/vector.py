@@ -52,6 +52,11 @@ class VectorTradingEnv(gym.vector.VectorEnv):
         self.render_mode = None
         self._started = False
 
+    def scale_costs(self, fraction: float) -> None:
+        """Charge ``fraction`` (0..1) of the configured fee and slippage from now on (a training
+        curriculum, ``--cost-warmup``; 1 restores the configured costs)."""
+        self.core.ledger.scale_costs(fraction)
+
     def reset(
         self,
         *,

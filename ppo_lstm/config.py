@@ -89,6 +89,8 @@ class TrainConfig:
     norm_adv: bool = _f(True, PPO, "normalise advantages per minibatch")
     anneal_lr: bool = _f(False, PPO, "anneal learning rates linearly to 0 over the run")
     target_kl: Optional[float] = _f(None, PPO, "stop an update's epochs early when approx-KL exceeds this (default: off)")
+    cost_warmup: float = _f(0.5, PPO, "fraction of --episodes over which the training envs' fee and slippage "
+                                      "ramp up linearly from 0 to --fee-bps/--slippage-bps (0: full costs from the start)")
     # model
     hidden_size: int = _f(64, MODEL, "width of the MLP encoder")
     lstm_size: int = _f(64, MODEL, "LSTM hidden state size")
@@ -122,7 +124,9 @@ class TrainConfig:
         env_names = {f.name for f in dataclasses.fields(EnvConfig)}
         env = EnvConfig(**{k: v for k, v in values.get("env", {}).items() if k in env_names})
         names = {f.name for f in dataclasses.fields(cls)} - {"env"}
-        return cls(env=env, **{k: v for k, v in values.items() if k in names})
+        fields = {k: v for k, v in values.items() if k in names}
+        fields.setdefault("cost_warmup", 0.0)  # a run saved before --cost-warmup existed trained at full costs
+        return cls(env=env, **fields)
 
 
 def _flag(name: str) -> str:
@@ -255,6 +259,8 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
         value = getattr(config, name)
         if not 0.0 <= value <= 1.0:
             raise UsageError(f"{_flag(name)} must be within [0, 1], got {value}")
+    if not 0.0 <= config.cost_warmup <= 1.0:
+        raise UsageError(f"--cost-warmup must be within [0, 1], got {config.cost_warmup}")
     if config.target_kl is not None and not config.target_kl > 0:
         raise UsageError(f"--target-kl must be > 0 (or left out), got {config.target_kl}")
     if not 0.0 <= config.holdout < 1.0:

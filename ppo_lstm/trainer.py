@@ -122,6 +122,7 @@ class Trainer:
             while not finished:
                 tic = time.perf_counter()
                 with clock("rollout"):
+                    self._ramp_costs()
                     records = s.take_quota(self.rollout.collect(s.update))  # [k, 6] this rank counts
                     s.env_steps += self.steps * c.num_envs * self.world_size
                     batch = self.rollout.finish()  # [T, N]
@@ -174,6 +175,11 @@ class Trainer:
         if self.resumed_from is not None:
             self.log.line(f"Resumed from {self.resumed_from} at episode {s.global_episodes}/{c.episodes} "
                           f"(update {s.update}); {max(0, c.episodes - s.global_episodes)} episodes left")
+        if c.cost_warmup > 0 and (c.env.fee_bps or c.env.slippage_bps):
+            self.log.line(f"Costs: fee {c.env.fee_bps:g} bps and slippage {c.env.slippage_bps:g} bps, ramped up "
+                          f"from 0 over the first {math.ceil(c.cost_warmup * c.episodes)} episodes (--cost-warmup "
+                          f"{c.cost_warmup:g}), so earlier episode lines are at lower costs; the hold-out always "
+                          f"pays full costs")
         if self.holdout is not None:
             self.log.line(self.holdout.describe())
         elif self.rank == 0:
@@ -181,6 +187,13 @@ class Trainer:
                           "period had the best mean training return")
         for note in self.notes:
             self.log.line(note)
+
+    def _ramp_costs(self) -> None:
+        """--cost-warmup: this rollout's fee and slippage, a linear ramp over the run's first episodes."""
+        c = self.config
+        if c.cost_warmup <= 0.0:
+            return
+        self.rollout.env.scale_costs(min(1.0, self.state.global_episodes / (c.cost_warmup * c.episodes)))
 
     def _update(self, batch: RolloutBatch) -> tuple[UpdateStats, bool]:
         """One PPO update; a non-finite one is undone (weights and optimizer) and counted."""
