@@ -75,7 +75,7 @@ def split_data(data: MarketData, config: TrainConfig) -> DataSplit:
             f"{config.data}: {split - lo} bars ({_day(stamps[lo])} to {_day(stamps[max(lo, split - 1)])}) are left "
             f"for training after --holdout {config.holdout:g}; one episode needs window + episode-length + 1 = "
             f"{needed}; lower --holdout, --window or --episode-length, or use more data")
-    if 0 < held < MIN_HOLDOUT_BARS:
+    if config.holdout > 0 and held < MIN_HOLDOUT_BARS:
         raise UsageError(f"--holdout {config.holdout:g} keeps {held} of {hi - lo} bars out of training; a hold-out "
                          f"needs at least {MIN_HOLDOUT_BARS}; raise --holdout, or pass --holdout 0 to train on all")
     return DataSplit(lo, split, hi)

@@ -89,6 +89,7 @@ def test_split_keeps_the_last_fraction_of_the_selected_bars(tmp_path):
     (dict(holdout=0.9), r"p\.csv: 20 bars \(.*\) are left for training after --holdout 0\.9; one episode needs "
                         r"window \+ episode-length \+ 1 = 25"),
     (dict(holdout=0.004), r"--holdout 0\.004 keeps 1 of 200 bars out of training; a hold-out needs at least 2"),
+    (dict(holdout=0.001), r"--holdout 0\.001 keeps 0 of 200 bars out of training; .* or pass --holdout 0"),
     (dict(data_start="2021-01-01"), r"no bars from 2021-01-01 to the end"),
     (dict(data_start="2020-03-01", data_end="2020-02-01"), r"--data-start 2020-03-01 is after --data-end 2020-02-01"),
     (dict(data_end="someday"), r"--data-end 'someday' is not a date"),
