@@ -101,16 +101,17 @@ class Holdout:
     simulated episodes when ``data`` is None. Greedy actions, the training env's costs."""
 
     def __init__(self, config: TrainConfig, data: Optional[MarketData], split: Optional[DataSplit]) -> None:
-        self.config, self.env, self.data, self.split = config, config.env, data, split
-        self.episodes = config.holdout_episodes
+        self.config, self.data, self.split = config, data, split
+        self.env = config.env
 
     @classmethod
     def of(cls, config: TrainConfig, data: Optional[MarketData], split: Optional[DataSplit]) -> Optional["Holdout"]:
         """The run's hold-out, or None when it has none (``--holdout 0``, or ``--holdout-episodes 0``)."""
         if config.holdout <= 0:
             return None
-        if data is not None:
-            return cls(config, data, split) if split is not None and split.holdout_bars > 0 else None
+        if data is not None:  # split_data keeps at least MIN_HOLDOUT_BARS out whenever holdout > 0
+            assert split is not None and split.holdout_bars >= MIN_HOLDOUT_BARS
+            return cls(config, data, split)
         return cls(config, None, None) if config.holdout_episodes > 0 else None
 
     def run(self, agent: RecurrentActorCritic, device: torch.device) -> BacktestResult:
@@ -119,7 +120,8 @@ class Holdout:
             assert self.split is not None
             lo, hi = self.split.backtest_span(self.env.window)
             return backtest_history(agent, self.env, self.data, lo, hi, greedy=True, device=device)
-        return backtest_simulated(agent, self.env, self.episodes, self.config.seed, greedy=True, device=device)
+        return backtest_simulated(agent, self.env, self.config.holdout_episodes, self.config.seed, greedy=True,
+                                  device=device)
 
     def describe(self) -> str:
         """The start-up line: what is held out and how best.pt is chosen."""
@@ -130,7 +132,7 @@ class Holdout:
                     f"{_day(stamps[s.hi - 1])}) are kept out of training; training uses bars "
                     f"{_day(stamps[s.lo])} to {_day(stamps[s.split - 1])}. Each checkpoint is backtested on the "
                     f"hold-out; best.pt is the best hold-out return")
-        return (f"Hold-out: {self.episodes} simulated '{self.env.market}' episodes on evaluation seeds no training "
+        return (f"Hold-out: {self.config.holdout_episodes} simulated '{self.env.market}' episodes on evaluation seeds no training "
                 f"env draws, backtested at each checkpoint; best.pt is the best hold-out return")
 
     def evaluate_command(self, checkpoint: str) -> str:
@@ -144,7 +146,7 @@ class Holdout:
             if self.config.date_format:
                 words += ["--date-format", self.config.date_format]
         else:
-            words += ["--episodes", str(self.episodes), "--seed", str(self.config.seed)]
+            words += ["--episodes", str(self.config.holdout_episodes), "--seed", str(self.config.seed)]
         return " ".join(shlex.quote(w) for w in words)
 
 
