@@ -354,7 +354,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markets", default=DEFAULT_MARKETS, help=f"comma list of {', '.join(MARKETS)}")
     parser.add_argument("--steps", type=int, default=131_072, help="env steps per ppo-lstm-trader training run")
-    parser.add_argument("--sb3-steps", type=int, default=65_536, help="env steps per RecurrentPPO run (slower)")
+    parser.add_argument("--sb3-steps", type=int, help="env steps per RecurrentPPO run (default: --steps, the same budget)")
     parser.add_argument("--seeds", type=int, default=3, help="training seeds of ppo-lstm-trader (1..N)")
     parser.add_argument("--sb3-seeds", type=int, default=1, help="training seeds of RecurrentPPO")
     parser.add_argument("--no-sb3", action="store_true", help="skip RecurrentPPO")
@@ -366,7 +366,9 @@ def main() -> None:
     parser.add_argument("--json-out", type=Path, help="also write the JSON line here")
     args = parser.parse_args()
     if args.quick:
-        args.steps, args.sb3_steps, args.seeds, args.sb3_seeds, args.episodes = 4096, 2048, 1, 1, 100
+        args.steps, args.sb3_steps, args.seeds, args.sb3_seeds, args.episodes = 4096, 4096, 1, 1, 100
+    if args.sb3_steps is None:
+        args.sb3_steps = args.steps
     names = [m.strip() for m in args.markets.split(",") if m.strip()]
     for name in names:
         if name not in MARKETS:
@@ -440,7 +442,7 @@ def main() -> None:
             rows[f"RecurrentPPO mean of {len(theirs)}"] = {
                 "bps_per_bar": float(np.mean([r["bps_per_bar"] for r in theirs])),
                 "turnover": float(np.mean([r["turnover"] for r in theirs])),
-                "note": f"{args.sb3_steps} steps/seed" + (" (LESS than ours: time limit)"
+                "note": f"{args.sb3_steps} steps/seed" + (" (FEWER than ours)"
                                                           if args.sb3_steps < args.steps else "")}
         for label, row in base.items():
             note = f"threshold {row['threshold_bps']:g} bps (tuned on training paths)" if "threshold_bps" in row else ""

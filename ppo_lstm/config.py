@@ -87,7 +87,7 @@ class TrainConfig:
     max_grad_norm: float = _f(0.5, PPO, "global gradient-norm clip")
     clip_vloss: bool = _f(True, PPO, "clip the value loss around the old values")
     norm_adv: bool = _f(True, PPO, "normalise advantages per minibatch")
-    anneal_lr: bool = _f(False, PPO, "anneal learning rates linearly to 0 over the run")
+    anneal_lr: bool = _f(True, PPO, "anneal learning rates linearly to 0 over the run's --episodes")
     target_kl: Optional[float] = _f(None, PPO, "stop an update's epochs early when approx-KL exceeds this (default: off)")
     cost_warmup: float = _f(0.5, PPO, "fraction of --episodes over which the training envs' fee and slippage "
                                       "ramp up linearly from 0 to --fee-bps/--slippage-bps (0: full costs from the start)")

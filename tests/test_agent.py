@@ -121,3 +121,29 @@ def test_learning_rate_groups_are_separate(tmp_path):
     assert actor["lr"] == 1e-4 and critic["lr"] == 2e-3
     assert {id(p) for p in critic["params"]} == {id(p) for p in trainer.agent.value_head.parameters()}
     assert len(actor["params"]) + len(critic["params"]) == len(list(trainer.agent.parameters()))
+
+
+@pytest.mark.parametrize("anneal", [True, False])
+def test_learning_rates_anneal_linearly_to_zero_over_the_run(tmp_path, anneal):
+    """--anneal-lr (the default): update u of U runs at lr * (1 - u / U), in both groups."""
+    env = EnvConfig(market="regime", episode_length=16, window=8)
+    config = TrainConfig(episodes=32, num_envs=8, anneal_lr=anneal, learning_rate_actor=1e-3,
+                         learning_rate_critic=4e-3, holdout_episodes=0, log_file=str(tmp_path / "t.log"),
+                         checkpoint_dir=str(tmp_path / "ck"), progress=False, env=env)
+    trainer = Trainer(config, Worker(LocalComm(), 0, torch.device("cpu")), None, StopRequest())
+    seen: list[tuple[float, float]] = []
+    step = trainer.optimizer.step
+
+    def record_then_step(*args, **kwargs):
+        seen.append(tuple(group["lr"] for group in trainer.optimizer.param_groups))
+        return step(*args, **kwargs)
+
+    trainer.optimizer.step = record_then_step
+    trainer.run()
+    updates = trainer.state.update
+    assert updates == 32 * 16 // 128 == trainer.total_updates_estimate
+    per_update = seen[:: len(seen) // updates]  # the first gradient step of each update
+    assert len(seen) == updates * config.epochs * config.minibatches
+    for u, (actor, critic) in enumerate(per_update):
+        frac = 1.0 - u / updates if anneal else 1.0
+        assert actor == pytest.approx(1e-3 * frac) and critic == pytest.approx(4e-3 * frac)
