@@ -1,5 +1,11 @@
-"""The one collective every update ends with: each rank's finished episodes, whether its
-share is done, the signal it received and its speed, in one fixed-size row per rank."""
+"""The one collective of a training iteration: every rank's rollout and what the ranks
+must agree on (its finished episodes, whether its share is done, the signal it
+received, its speed), gathered together.
+
+One collective instead of one for the rollout and another for the agreement: on CPU
+workers each gloo collective costs about a millisecond of latency plus the wait for
+the slowest rank, so every sync point cut is time the workers spend training.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,13 +13,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .buffer import RolloutBatch
 from .distributed import Comm
 from .logger import EPISODE_FIELDS
 
 
 @dataclass
 class Agreement:
-    """What every rank now knows about the update just done."""
+    """What every rank now knows about this iteration."""
 
     finished: bool  # every rank has finished its share of episodes
     signum: int  # the largest signal number any rank received (0: none)
@@ -21,17 +28,40 @@ class Agreement:
     records: list[list[float]]  # every rank's episode records ``[k, 6]``, in rank order
 
 
-def agree(comm: Comm, records: np.ndarray, done: bool, signum: int, seconds: float, capacity: int,
-          device: torch.device) -> Agreement:
-    """Exchange one row per rank. Each row has a fixed size (gloo needs equal sizes):
-    ``[episode count, done flag, signal number or 0, env-steps/s, records padded to capacity x 6]``,
-    where ``capacity`` (T * N) bounds the episodes a rank can finish in one rollout and
-    ``records`` ``[k, 6]`` (:data:`EPISODE_FIELDS`) are the ones it counts.
-    """
-    row = torch.zeros(1, 4 + capacity * len(EPISODE_FIELDS), dtype=torch.float64)
-    row[0, :4] = torch.tensor([len(records), float(done), float(signum), capacity / seconds])
-    row[0, 4:4 + records.size] = torch.from_numpy(records.reshape(-1))
-    rows = comm.gather(row.to(device), dim=0).cpu()  # [W, 4 + capacity * 6]
-    gathered = [rows[r, 4:].view(capacity, -1)[: int(rows[r, 0])] for r in range(comm.world_size)]
-    return Agreement(bool(rows[:, 1].sum() == comm.world_size), int(rows[:, 2].max()), rows[:, 3].tolist(),
+def agreement_row(records: np.ndarray, done: bool, signum: int, seconds: float, capacity: int) -> torch.Tensor:
+    """One rank's row ``[4 + capacity * 6]`` (float64): ``[episode count, done flag, signal
+    number or 0, env-steps/s, records padded to capacity x 6]``. ``capacity`` (T * N)
+    bounds the episodes a rank can finish in one rollout, so every row has the same size
+    (gloo needs equal sizes); ``records`` ``[k, 6]`` (:data:`EPISODE_FIELDS`) are the ones
+    this rank counts; ``seconds`` is the time its last iteration took."""
+    row = torch.zeros(4 + capacity * len(EPISODE_FIELDS), dtype=torch.float64)
+    row[:4] = torch.tensor([len(records), float(done), float(signum), capacity / max(seconds, 1e-9)])
+    row[4:4 + records.size] = torch.from_numpy(records.reshape(-1))
+    return row
+
+
+def read_agreement(rows: torch.Tensor, capacity: int) -> Agreement:
+    """The :class:`Agreement` of every rank's :func:`agreement_row` ``[W, 4 + capacity * 6]``."""
+    rows = rows.cpu()
+    gathered = [rows[r, 4:].view(capacity, -1)[: int(rows[r, 0])] for r in range(rows.shape[0])]
+    return Agreement(bool(rows[:, 1].sum() == rows.shape[0]), int(rows[:, 2].max()), rows[:, 3].tolist(),
                      torch.cat(gathered).tolist())
+
+
+def exchange(comm: Comm, batch: RolloutBatch, records: np.ndarray, done: bool, signum: int, seconds: float,
+             capacity: int) -> tuple[RolloutBatch, Agreement]:
+    """Gather every rank's ``batch`` ``[T, N]`` and :func:`agreement_row` in ONE collective.
+
+    Both travel as raw bytes in one row per rank (``[W, bytes]``): the batch's
+    :meth:`~RolloutBatch.packed` rows ``[N, F]`` and the float64 agreement row, so
+    every value arrives bit for bit. Returns the combined batch ``[T, N * W]`` (rank
+    order) and the :class:`Agreement`.
+    """
+    rows = batch.packed()  # [N, F]
+    agreement = agreement_row(records, done, signum, seconds, capacity).to(rows.device)
+    payload = torch.cat([rows.reshape(-1).view(torch.uint8), agreement.view(torch.uint8)])  # [bytes]
+    everyone = comm.gather(payload.unsqueeze(0), dim=0)  # [W, bytes]
+    split = rows.numel() * rows.element_size()
+    batch_rows = everyone[:, :split].contiguous().view(rows.dtype).reshape(-1, rows.shape[1])  # [N * W, F]
+    agreed = read_agreement(everyone[:, split:].contiguous().view(torch.float64), capacity)
+    return batch.unpacked(batch_rows), agreed

@@ -37,24 +37,26 @@ class RolloutBatch:
         """A new batch with ``fn(name, tensor)`` applied to every field."""
         return RolloutBatch(**{f.name: fn(f.name, getattr(self, f.name)) for f in fields(self)})
 
-    def gathered(self, gather: Callable[[Tensor], Tensor]) -> "RolloutBatch":
-        """Every rank's batch side by side, ``[T, N * W]``, through ONE collective.
+    def packed(self) -> Tensor:
+        """Each env's sequence as one row: ``[N, F]`` with ``F = T * (D + 7) + 2H`` (its
+        observations, the seven ``[T]`` fields and its initial ``h`` and ``c``)."""
+        envs = self.actions.shape[1]
+        return torch.cat([getattr(self, f.name).transpose(0, 1).reshape(envs, -1) for f in fields(self)], dim=1)
 
-        Each env's sequence is packed into one row of ``[N, F]`` (``F = T * (D + 7) + 2H``:
-        its observations, the seven ``[T]`` fields and its initial ``h`` and ``c``);
-        ``gather`` concatenates the ranks' rows along dim 0 (rank order), and the rows
-        are unpacked into fields again. One all_gather instead of one per field.
-        """
-        steps, envs = self.actions.shape
-        names = [f.name for f in fields(self)]
-        rows = [getattr(self, n).transpose(0, 1).reshape(envs, -1) for n in names]  # each [N, *]
-        widths = [r.shape[1] for r in rows]
-        gathered = gather(torch.cat(rows, dim=1))  # [N * W, F]
+    def unpacked(self, rows: Tensor) -> "RolloutBatch":
+        """The batch that :meth:`packed` rows ``[N', F]`` stand for (this batch's T, D and H),
+        ``[T, N']``: the inverse of :meth:`packed`, for any number of rows."""
+        widths = [getattr(self, f.name)[:, :1].numel() for f in fields(self)]  # each field's width per env
         out = {}
-        for name, part in zip(names, gathered.split(widths, dim=1)):
-            shape = getattr(self, name).shape  # [T or 1, N, ...]
-            out[name] = part.reshape(part.shape[0], shape[0], *shape[2:]).transpose(0, 1).contiguous()
+        for f, part in zip(fields(self), rows.split(widths, dim=1)):
+            shape = getattr(self, f.name).shape  # [T or 1, N, ...]
+            out[f.name] = part.reshape(part.shape[0], shape[0], *shape[2:]).transpose(0, 1).contiguous()
         return RolloutBatch(**out)
+
+    def gathered(self, gather: Callable[[Tensor], Tensor]) -> "RolloutBatch":
+        """Every rank's batch side by side, ``[T, N * W]``, through ONE collective:
+        ``gather`` concatenates the ranks' :meth:`packed` rows along dim 0 (rank order)."""
+        return self.unpacked(gather(self.packed()))
 
     def select_envs(self, env_index: Tensor) -> "RolloutBatch":
         """The sequences of the envs in ``env_index`` ``[B]`` (env dim is 1 for every field)."""

@@ -58,8 +58,8 @@ def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, ba
     Every rank calls this with the same combined batch and the same generator state,
     so every rank takes identical steps. With ``target_kl``, the early stop and the
     non-finite-loss stop are decided on cross-rank means after each epoch, so all ranks
-    stop together; without it the loop holds no collective (a non-finite loss ends it
-    locally, and the trainer's one agreement per update undoes the update everywhere).
+    stop together; without it the loop holds no collective (a non-finite loss ends it,
+    on every rank alike, and the trainer undoes the update).
     """
     num_envs = batch.num_envs
     if num_envs % settings.minibatches:

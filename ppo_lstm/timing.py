@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 # The loop's phases, in the order they run (Trainer.run).
-PHASES = ("rollout", "gather", "update", "agreement", "logging", "hold-out", "checkpoints")
+PHASES = ("rollout", "gather", "update", "logging", "hold-out", "checkpoints", "sync check")
 
 
 class PhaseClock:

@@ -1,9 +1,12 @@
 """One worker's training loop, read top to bottom in :meth:`Trainer.run`: collect a
-rollout, gather it across ranks, update, agree, log, checkpoint.
+rollout, exchange it (with what the ranks must agree on) across ranks, update, log,
+checkpoint.
 
 Shapes: T rollout steps per env, N envs on this worker, W workers. Every rank runs
 the identical update on the gathered ``[T, N*W]`` batch, so parameters stay equal
-without a broadcast.
+without a broadcast, and every rank reaches the same verdict on a non-finite update
+without asking the others; the sync check every ``--sync-check-interval`` updates
+repairs any drift from rank 0.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from torch import Tensor
 
 from envs.data import MarketData
 
-from .agreement import agree
+from .agreement import exchange
 from .build import build_agent, build_optimizer, check_model_matches
 from .backtest import BacktestResult
 from .buffer import RolloutBatch
@@ -119,20 +122,20 @@ class Trainer:
         try:
             finished = s.global_episodes >= c.episodes
             clock = self.clock
+            capacity = self.steps * c.num_envs  # transitions (so at most episodes) per rank and rollout
+            seconds = None  # this rank's previous iteration, for its env-steps/s
             while not finished:
                 tic = time.perf_counter()
                 with clock("rollout"):
                     self._ramp_costs()
                     records = s.take_quota(self.rollout.collect(s.update))  # [k, 6] this rank counts
                     s.env_steps += self.steps * c.num_envs * self.world_size
-                    batch = self.rollout.finish()  # [T, N]
-                with clock("gather"):
-                    batch = batch.gathered(lambda rows: self.comm.gather(rows, dim=0))  # [T, N*W]
+                    local = self.rollout.finish()  # [T, N]
+                with clock("gather"):  # the iteration's one collective
+                    batch, agreed = exchange(self.comm, local, records, s.rank_done, self.stop.signum or 0,
+                                             seconds or time.perf_counter() - tic, capacity)  # [T, N*W]
                 with clock("update"):
                     stats, skipped = self._update(batch)
-                with clock("agreement"):
-                    agreed = agree(self.comm, records, s.rank_done, self.stop.signum or 0,
-                                   time.perf_counter() - tic, self.steps * c.num_envs, self.device)
                 finished = agreed.finished
                 with clock("logging"):
                     update_totals = self._log_episodes(agreed.records)
@@ -145,12 +148,14 @@ class Trainer:
                 if due:
                     with clock("checkpoints"):
                         self._checkpoint(holdout)
+                seconds = time.perf_counter() - tic
                 if agreed.signum:
                     self.log.line(f"interrupted at episode {s.global_episodes}, checkpoint saved")
                     self.comm.barrier()  # nobody exits before rank 0 has written
                     return 128 + agreed.signum  # 130 for SIGINT, 143 for SIGTERM
-                if s.update % c.sync_check_interval == 0:
-                    parameters_in_sync(self.comm, self.agent, self.optimizer)
+                if s.update % c.sync_check_interval == 0 and self.world_size > 1:
+                    with clock("sync check"):
+                        parameters_in_sync(self.comm, self.agent, self.optimizer)
             self.log.line(f"Training finished: {s.global_episodes} episodes, {s.update} updates, "
                           f"{s.env_steps} env steps in {time.perf_counter() - start:.1f}s")
             if os.environ.get(DUMP_FINAL_VARIABLE):
@@ -196,7 +201,11 @@ class Trainer:
         self.rollout.env.scale_costs(min(1.0, self.state.global_episodes / (c.cost_warmup * c.episodes)))
 
     def _update(self, batch: RolloutBatch) -> tuple[UpdateStats, bool]:
-        """One PPO update; a non-finite one is undone (weights and optimizer) and counted."""
+        """One PPO update on the combined ``batch`` ``[T, N*W]``; a non-finite one is undone
+        (weights and optimizer) and counted.
+
+        The verdict needs no collective: every rank ran the same update on the same batch
+        and checks the new weights on that same batch, so every rank reaches the same one."""
         c = self.config
         if c.anneal_lr:
             frac = max(0.0, 1.0 - self.state.update / self.total_updates_estimate)
@@ -209,7 +218,7 @@ class Trainer:
             with torch.no_grad():
                 logits, values, _ = self.agent(batch.obs, (batch.initial_h, batch.initial_c), batch.episode_starts)
             params_ok = bool(torch.isfinite(logits).all()) and bool(torch.isfinite(values).all())
-        ok = bool(self.comm.sum(torch.tensor([float(not (stats.finite and params_ok))], device=self.device)) == 0)
+        ok = stats.finite and params_ok
         self.state.update += 1
         if ok:
             self.bad_updates = 0

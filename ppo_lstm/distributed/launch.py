@@ -127,7 +127,7 @@ def _spawn(config: TrainConfig, device: str, worker_fn: WorkerFn, world_size: in
     the others :data:`FAILURE_GRACE_SECONDS` to stop by themselves, SIGKILL the rest, and
     say what happened to any worker that could not say it itself."""
     context = mp.start_processes(_spawned_entry, args=(config, device, worker_fn, world_size),
-                                 nprocs=world_size, join=False, start_method="spawn")
+                                 nprocs=world_size, join=False, start_method=_start_method(device))
     processes = context.processes
     received: list[int] = []
 
@@ -266,3 +266,10 @@ def _run_worker(config: TrainConfig, device: str, worker_fn: WorkerFn, local_ran
         watch.disarm()
     dist.destroy_process_group()
     return code
+
+
+def _start_method(device: str) -> str:
+    """How spawned workers start: ``fork`` for CPU workers on Linux (they inherit the
+    launcher's imports, about a second less each), else ``spawn`` (CUDA cannot be
+    used in a forked child, and other systems fork unsafely)."""
+    return "fork" if device == "cpu" and sys.platform == "linux" else "spawn"
