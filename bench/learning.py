@@ -253,12 +253,16 @@ def _parse_value(text: str) -> Any:
 
 
 def train_ours(job: dict[str, Any]) -> dict[str, Any]:
-    """Train one seed and score it greedily on the test set (runs in a child process)."""
+    """Train one seed and score it greedily on the test set (runs in a child process; with
+    ``workers`` > 1, in this process, which launches the workers as the CLI does)."""
     torch.set_num_threads(1)
+    from ppo_lstm.build import build_agent
+    from ppo_lstm.checkpoint import CheckpointDir
     from ppo_lstm.config import TrainConfig
-    from ppo_lstm.distributed import LocalComm, Worker
+    from ppo_lstm.distributed import LocalComm, Worker, launch
     from ppo_lstm.shutdown import StopRequest
     from ppo_lstm.trainer import Trainer
+    from ppo_lstm.worker import train_worker
 
     env = env_config(job["market"])
     overrides = dict(job["overrides"])
@@ -269,23 +273,34 @@ def train_ours(job: dict[str, Any]) -> dict[str, Any]:
         config = TrainConfig(episodes=episodes, seed=job["seed"], progress=False, log_file=os.path.join(tmp, "log"),
                              checkpoint_dir=tmp, checkpoint_interval=10**9, log_interval=10**9,
                              data=job.get("train_csv"), env=env, **overrides)
+        workers = job.get("workers", 1)
         with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):  # the trainer's log lines
-            trainer = Trainer(config, Worker(LocalComm(), 0, torch.device("cpu")), None, StopRequest())
             start = time.perf_counter()
-            trainer.run()
+            if workers == 1:
+                trainer = Trainer(config, Worker(LocalComm(), 0, torch.device("cpu")), None, StopRequest())
+                trainer.run()
+                agent, env_steps = trainer.agent, trainer.state.env_steps
+            else:  # gloo workers, launched as `--distributed --device cpu --num-workers N` does
+                config = replace(config, distributed=True, num_workers=workers, device="cpu")
+                if launch(config, "cpu", train_worker) != 0:
+                    raise RuntimeError(f"training with {workers} workers failed: {job}")
+                state = torch.load(CheckpointDir(tmp, 1).latest(), map_location="cpu", weights_only=False)
+                agent = build_agent(config)
+                agent.load_state_dict(state["model"])
+                env_steps = state["counters"]["env_steps"]
         wall = time.perf_counter() - start
         with open(os.path.join(tmp, "metrics.csv")) as f:
             rows = list(csv.DictReader(f))
         tail = rows[-max(1, len(rows) // 10):]
         entropy = float(np.mean([float(r["entropy"]) for r in tail]))
-    agent = trainer.agent.eval()
+    agent = agent.eval()
     if job.get("test_csv"):
         data = load_ohlcv(job["test_csv"])
         result = backtest_history(agent, env, data)
     else:
         result = backtest_simulated(agent, env, job["episodes"], EVAL_SEED)
     out = score_backtest(result)
-    out.update(seed=job["seed"], wall_s=wall, env_steps=trainer.state.env_steps, final_entropy=entropy)
+    out.update(seed=job["seed"], wall_s=wall, env_steps=env_steps, final_entropy=entropy, workers=workers)
     return out
 
 
@@ -340,14 +355,20 @@ def _fmt(x: Optional[float], spec: str = "8.2f") -> str:
 
 
 def print_table(report: dict[str, Any]) -> None:
-    print(f"{'market':<18}{'policy':<34}{'bps/bar':>9}{'% Bayes':>9}{'turnover':>10}  note")
+    print(f"{'market':<18}{'policy':<42}{'bps/bar':>9}{'% Bayes':>9}{'turnover':>10}  note")
     for name, mk in report["markets"].items():
         ref = mk["reference_bps"]
         for policy, row in mk["rows"].items():
             share = 100.0 * row["bps_per_bar"] / ref if ref else None
-            print(f"{name:<18}{policy:<34}{_fmt(row['bps_per_bar'], '9.3f')}{_fmt(share, '9.1f')}"
+            print(f"{name:<18}{policy:<42}{_fmt(row['bps_per_bar'], '9.3f')}{_fmt(share, '9.1f')}"
                   f"{_fmt(row.get('turnover'), '10.2f')}  {row.get('note', '')}")
         print()
+
+
+def _shares(results: dict[str, Any], ref: float) -> dict[str, Optional[float]]:
+    """Mean and worst score of one set of seeds as shares of the reference rule's."""
+    return {"ours_share_mean": float(np.mean(results["scores"])) / ref if ref else None,
+            "ours_share_worst": results["worst"] / ref if ref else None}
 
 
 def main() -> None:
@@ -360,6 +381,9 @@ def main() -> None:
     parser.add_argument("--no-sb3", action="store_true", help="skip RecurrentPPO")
     parser.add_argument("--episodes", type=int, default=1000, help="held-out test episodes per market")
     parser.add_argument("--jobs", type=int, default=2, help="training processes at once (1 torch thread each)")
+    parser.add_argument("--workers", default="1",
+                        help="comma list of worker counts for ppo-lstm-trader, e.g. 1,2: a count above 1 trains "
+                             "with that many gloo workers (as --distributed --device cpu), one run at a time")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="TrainConfig override for ppo-lstm-trader (env fields as env.NAME), repeatable")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny budgets, 1 seed, 100 test episodes")
@@ -370,6 +394,7 @@ def main() -> None:
     if args.sb3_steps is None:
         args.sb3_steps = args.steps
     names = [m.strip() for m in args.markets.split(",") if m.strip()]
+    worker_counts = [int(w) for w in args.workers.split(",") if w.strip()]
     for name in names:
         if name not in MARKETS:
             parser.error(f"unknown market {name!r}; choose from {', '.join(MARKETS)}")
@@ -395,14 +420,15 @@ def main() -> None:
             train_csv, test_csv, train_drift, test_drift = write_regime_csv(Path(tmpdir.name), EVAL_SEED)
             common.update(train_csv=str(train_csv), test_csv=str(test_csv))
             setups[name].update(train_drift=train_drift, test_drift=test_drift)
-        jobs += [{**common, "kind": "ours", "seed": s, "steps": args.steps, "overrides": overrides}
-                 for s in range(1, args.seeds + 1)]
+        jobs += [{**common, "kind": "ours", "seed": s, "steps": args.steps, "overrides": overrides, "workers": w}
+                 for w in worker_counts for s in range(1, args.seeds + 1)]
         if sb3:
             jobs += [{**common, "kind": "sb3", "seed": s, "steps": args.sb3_steps, "overrides": {}}
                      for s in range(1, args.sb3_seeds + 1)]
     jobs.sort(key=lambda j: -(j["steps"] * (1.5 if j["kind"] == "sb3" else 1.0)))  # longest first
+    launched = [job for job in jobs if job.get("workers", 1) > 1]  # each starts its own workers: in this process
     with ProcessPoolExecutor(max_workers=args.jobs, mp_context=mp.get_context("spawn")) as pool:
-        futures = [pool.submit(run_job, job) for job in jobs]
+        futures = [pool.submit(run_job, job) for job in jobs if job not in launched]
         # the baselines, in this process while the workers train
         for name in names:
             env = env_config(name)
@@ -416,6 +442,7 @@ def main() -> None:
             setups[name]["baselines"] = baselines(name, test, tune)
             setups[name]["bars"] = int(test.close.shape[0] * test.env.episode_length)
         done = [f.result() for f in futures]
+    done += [run_job(job) for job in launched]  # one at a time, after the pool: each uses every core
 
     report: dict[str, Any] = {"bench": "learning", "steps": args.steps, "sb3_steps": args.sb3_steps if sb3 else None,
                               "seeds": args.seeds, "episodes": args.episodes, "overrides": overrides,
@@ -424,20 +451,25 @@ def main() -> None:
         base = setups[name]["baselines"]
         ref_label = "Bayes filter" if "Bayes filter" in base else "known-model rule"
         ref = base[ref_label]["bps_per_bar"]
-        ours = sorted((d["result"] for d in done if d["market"] == name and d["kind"] == "ours"),
-                      key=lambda r: r["seed"])
         theirs = [d["result"] for d in done if d["market"] == name and d["kind"] == "sb3"]
-        scores = [r["bps_per_bar"] for r in ours]
         rows: dict[str, dict[str, Any]] = {}
-        rows[f"ppo-lstm-trader mean of {len(ours)}"] = {
-            "bps_per_bar": float(np.mean(scores)), "turnover": float(np.mean([r["turnover"] for r in ours])),
-            "note": f"{args.steps} steps/seed, entropy at end {np.mean([r['final_entropy'] for r in ours]):.2f}"}
-        worst = min(ours, key=lambda r: r["bps_per_bar"])
-        rows["ppo-lstm-trader worst seed"] = {"bps_per_bar": worst["bps_per_bar"], "turnover": worst["turnover"],
-                                              "note": f"seed {worst['seed']}"}
-        for r in ours:
-            rows[f"  seed {r['seed']}"] = {"bps_per_bar": r["bps_per_bar"], "turnover": r["turnover"],
-                                         "note": f"entropy {r['final_entropy']:.2f}, train {r['wall_s']:.0f}s"}
+        by_workers: dict[int, dict[str, Any]] = {}
+        for workers in worker_counts:
+            ours = sorted((d["result"] for d in done if d["market"] == name and d["kind"] == "ours"
+                           and d.get("workers", 1) == workers), key=lambda r: r["seed"])
+            scores = [r["bps_per_bar"] for r in ours]
+            label = "ppo-lstm-trader" + (f", {workers} workers," if workers > 1 else "")
+            rows[f"{label} mean of {len(ours)}"] = {
+                "bps_per_bar": float(np.mean(scores)), "turnover": float(np.mean([r["turnover"] for r in ours])),
+                "note": f"{args.steps} steps/seed, entropy at end {np.mean([r['final_entropy'] for r in ours]):.2f}"}
+            worst = min(ours, key=lambda r: r["bps_per_bar"])
+            rows[f"{label} worst seed"] = {"bps_per_bar": worst["bps_per_bar"], "turnover": worst["turnover"],
+                                           "note": f"seed {worst['seed']}"}
+            for r in ours:
+                rows[f"  seed {r['seed']}" + (f", {workers} workers" if workers > 1 else "")] = {
+                    "bps_per_bar": r["bps_per_bar"], "turnover": r["turnover"],
+                    "note": f"entropy {r['final_entropy']:.2f}, train {r['wall_s']:.0f}s"}
+            by_workers[workers] = {"scores": scores, "worst": worst["bps_per_bar"], "per_seed": ours}
         if theirs:
             rows[f"RecurrentPPO mean of {len(theirs)}"] = {
                 "bps_per_bar": float(np.mean([r["bps_per_bar"] for r in theirs])),
@@ -450,9 +482,9 @@ def main() -> None:
         report["markets"][name] = {
             "env": {k: v for k, v in MARKETS[name].items()}, "test_bars": setups[name]["bars"],
             "reference": ref_label, "reference_bps": ref, "rows": rows,
-            "ours_share_mean": float(np.mean(scores)) / ref if ref else None,
-            "ours_share_worst": worst["bps_per_bar"] / ref if ref else None,
-            "ours_per_seed": ours, "sb3_per_seed": theirs,
+            **_shares(by_workers[worker_counts[0]], ref), "ours_per_seed": by_workers[worker_counts[0]]["per_seed"],
+            "by_workers": {w: {**_shares(b, ref), "per_seed": b["per_seed"]} for w, b in by_workers.items()},
+            "sb3_per_seed": theirs,
             "threshold_grid_bps": base[ref_label]["tuning_grid"]}
     report["wall_s"] = time.perf_counter() - start
     tmpdir.cleanup()

@@ -1,0 +1,90 @@
+"""The iteration's one collective: rollout rows and agreement row travel together, bit for bit.
+
+The real two-process path (gloo) runs in tests/test_distributed.py (spawned workers end
+bitwise equal, episode split end to end); here the packing is checked exactly.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ppo_lstm.agreement import exchange
+from ppo_lstm.buffer import RolloutBatch
+from ppo_lstm.distributed import LocalComm
+
+T, N, D, H = 4, 3, 5, 2
+CAPACITY = T * N
+
+
+def make_batch(seed: int) -> RolloutBatch:
+    g = torch.Generator().manual_seed(seed)
+    tn = lambda: torch.randn(T, N, generator=g)  # noqa: E731
+    return RolloutBatch(obs=torch.randn(T, N, D, generator=g), actions=torch.randint(0, 3, (T, N), generator=g).float(),
+                        log_probs=tn(), values=tn(), rewards=tn(), episode_starts=(tn() > 1).float(),
+                        advantages=tn(), returns=tn(), initial_h=torch.randn(1, N, H, generator=g),
+                        initial_c=torch.randn(1, N, H, generator=g))
+
+
+def records(k: int, offset: float) -> np.ndarray:
+    """``[k, 6]`` episode records with values float32 cannot hold exactly."""
+    return np.arange(k * 6, dtype=np.float64).reshape(k, 6) / 3.0 + offset
+
+
+class TwoRanks:
+    """A stand-in for rank 0 of two: ``gather`` puts the other rank's payload after ours,
+    as all_gather does (the payload of rank 1 is prepared by the test)."""
+
+    rank, world_size = 0, 2
+
+    def __init__(self, other_payload: torch.Tensor) -> None:
+        self.other = other_payload
+
+    def gather(self, tensor: torch.Tensor, dim: int = 0) -> torch.Tensor:
+        return torch.cat([tensor, self.other], dim=dim)
+
+
+class Capture:
+    """A one-rank Comm that keeps what it was asked to gather."""
+
+    rank, world_size = 0, 1
+
+    def gather(self, tensor: torch.Tensor, dim: int = 0) -> torch.Tensor:
+        self.payload = tensor
+        return tensor
+
+
+def assert_batches_equal(a: RolloutBatch, b: RolloutBatch) -> None:
+    for name in a.__dataclass_fields__:
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+
+
+def test_one_rank_gets_its_own_batch_and_records_back_exactly():
+    batch, mine = make_batch(1), records(2, 1e6 + 0.1)
+    combined, agreed = exchange(LocalComm(), batch, mine, True, 0, 0.5, CAPACITY)
+    assert_batches_equal(combined, batch)
+    assert agreed.records == mine.tolist()  # float64 through a byte view: not rounded to float32
+    assert agreed.finished and agreed.signum == 0
+    assert agreed.rank_sps == [CAPACITY / 0.5]
+
+
+def test_two_ranks_side_by_side_in_rank_order():
+    ours, theirs = make_batch(1), make_batch(2)
+    capture = Capture()
+    exchange(capture, theirs, records(1, 7.0), False, 15, 0.25, CAPACITY)  # rank 1's payload
+    combined, agreed = exchange(TwoRanks(capture.payload), ours, records(3, 0.0), True, 0, 0.5, CAPACITY)
+    for name in ours.__dataclass_fields__:  # [T, 2N] (or [1, 2N, H]): rank 0's envs, then rank 1's
+        expected = torch.cat([getattr(ours, name), getattr(theirs, name)], dim=1)
+        assert torch.equal(getattr(combined, name), expected), name
+    assert agreed.records == records(3, 0.0).tolist() + records(1, 7.0).tolist()
+    assert not agreed.finished  # rank 1 has not finished its share
+    assert agreed.signum == 15  # the signal one rank received stops every rank
+    assert agreed.rank_sps == [CAPACITY / 0.5, CAPACITY / 0.25]
+
+
+def test_no_records_and_a_full_rollout_of_them():
+    batch = make_batch(3)
+    _, none = exchange(LocalComm(), batch, np.zeros((0, 6)), False, 0, 1.0, CAPACITY)
+    assert none.records == []
+    full = records(CAPACITY, 0.5)
+    _, every = exchange(LocalComm(), batch, full, False, 0, 1.0, CAPACITY)
+    assert every.records == full.tolist()
