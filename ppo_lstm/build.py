@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from .agent import RecurrentActorCritic
-from .config import TrainConfig
+from .config import TrainConfig, learning_rates
 from .errors import UsageError
 
 
@@ -17,14 +17,16 @@ def build_agent(config: TrainConfig) -> RecurrentActorCritic:
     return RecurrentActorCritic(config.env.obs_dim, config.env.num_actions, config.hidden_size, config.lstm_size)
 
 
-def build_optimizer(config: TrainConfig, agent: RecurrentActorCritic) -> torch.optim.Adam:
-    """Adam with two parameter groups: actor (encoder, LSTM, policy) and critic (value head).
+def build_optimizer(config: TrainConfig, agent: RecurrentActorCritic, world_size: int = 1) -> torch.optim.Adam:
+    """Adam with two parameter groups: actor (encoder, LSTM, policy) and critic (value head),
+    at :func:`~ppo_lstm.config.learning_rates` for ``world_size`` workers.
 
     The fused kernel (one call per group for every parameter) cost about a fifth less
     per update than ``foreach`` at the default sizes on the CPU (bench/train_throughput.py)."""
+    actor, critic = learning_rates(config, world_size)
     return torch.optim.Adam([
-        {"params": agent.actor_parameters(), "lr": config.learning_rate_actor, "name": "actor"},
-        {"params": agent.critic_parameters(), "lr": config.learning_rate_critic, "name": "critic"},
+        {"params": agent.actor_parameters(), "lr": actor, "name": "actor"},
+        {"params": agent.critic_parameters(), "lr": critic, "name": "critic"},
     ], eps=1e-5, fused=True)
 
 

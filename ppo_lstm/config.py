@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 import typing
 from dataclasses import dataclass, field
@@ -75,8 +76,10 @@ class TrainConfig:
     # PPO
     update_interval: Optional[int] = _f(None, PPO, f"transitions in one update's batch, all workers together "
                                                    f"(default: {WORKER_BATCH} per worker, so {WORKER_BATCH} x workers)")
-    learning_rate_actor: float = _f(3e-4, PPO, "Adam learning rate of encoder, LSTM and policy head")
-    learning_rate_critic: float = _f(1e-3, PPO, "Adam learning rate of the value head")
+    learning_rate_actor: float = _f(3e-4, PPO, "Adam learning rate of encoder, LSTM and policy head (x sqrt(W) on W "
+                                                "workers with the default batch)")
+    learning_rate_critic: float = _f(1e-3, PPO, "Adam learning rate of the value head (x sqrt(W) on W workers with "
+                                                "the default batch)")
     gamma: float = _f(0.99, PPO, "discount factor")
     gae_lambda: float = _f(0.95, PPO, "GAE lambda")
     clip: float = _f(0.2, PPO, "PPO ratio clip range")
@@ -306,13 +309,33 @@ def update_batch(config: TrainConfig, world_size: int = 1) -> int:
     return config.update_interval if config.update_interval is not None else WORKER_BATCH * world_size
 
 
+def learning_rates(config: TrainConfig, world_size: int = 1) -> tuple[float, float]:
+    """The (actor, critic) Adam rates a run trains at, before annealing.
+
+    With the default batch (no ``--update-interval``), W workers update on a batch W
+    times larger, so half as many updates on 2 workers see the same data; the rates then
+    scale by sqrt(W), the usual rule for Adam when the batch grows. Measured with
+    bench/learning.py (6 seeds, 3 markets): on 2 workers at the one-worker rates, 1 of
+    18 runs collapsed to a flat policy; at sqrt(2) times the rates none did, and every
+    market's mean was at least one worker's. An explicit ``--update-interval`` fixes
+    the batch, and the rates are taken as given."""
+    scale = math.sqrt(world_size) if config.update_interval is None else 1.0
+    return config.learning_rate_actor * scale, config.learning_rate_critic * scale
+
+
 def describe_batch(config: TrainConfig, world_size: int = 1) -> str:
-    """The start-up line's account of the batch: its split, and which rule set its size."""
+    """The start-up line's account of the batch: its split, which rule set its size and,
+    on several workers with the default batch, the rates that scaled with it."""
     u, n = update_batch(config, world_size), config.num_envs
     rule = (f"--update-interval {u}, all workers together" if config.update_interval is not None
             else f"default: {WORKER_BATCH} per worker; --update-interval sets the total")
-    return (f"Batch: {u} transitions per update = {world_size} worker(s) x {n} envs x "
+    line = (f"Batch: {u} transitions per update = {world_size} worker(s) x {n} envs x "
             f"{steps_per_env(config, world_size)} steps ({rule})")
+    if config.update_interval is None and world_size > 1:
+        actor, critic = learning_rates(config, world_size)
+        line += (f"; learning rates {actor:.3g} / {critic:.3g} (--learning-rate-actor / -critic x sqrt({world_size}), "
+                 f"as the batch is {world_size}x one worker's)")
+    return line
 
 
 def steps_per_env(config: TrainConfig, world_size: int = 1) -> int:

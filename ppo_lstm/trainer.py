@@ -28,7 +28,7 @@ from .build import build_agent, build_optimizer, check_model_matches
 from .backtest import BacktestResult
 from .buffer import RolloutBatch
 from .checkpoint import BEST_NAME, CheckpointDir
-from .config import TrainConfig, describe_batch, steps_per_env, update_batch
+from .config import TrainConfig, describe_batch, learning_rates, steps_per_env, update_batch
 from .distributed import Worker, episode_share, parameters_in_sync, trades_history
 from .errors import TrainingError
 from .holdout import DataSplit, Holdout, holdout_columns, holdout_line, load_training_data
@@ -64,7 +64,8 @@ class Trainer:
 
         torch.manual_seed(config.seed)  # identical initial weights on every rank
         self.agent = build_agent(config).to(self.device)
-        self.optimizer = build_optimizer(config, self.agent)
+        self.learning_rates = learning_rates(config, self.world_size)  # (actor, critic), before annealing
+        self.optimizer = build_optimizer(config, self.agent, self.world_size)
         self.permutation_generator = torch.Generator().manual_seed(derive_seed(config.seed, 7))  # shared by all ranks
         random.seed(derive_seed(config.seed, self.rank, 13))
         np.random.seed(derive_seed(config.seed, self.rank, 17))
@@ -100,8 +101,7 @@ class Trainer:
         check_model_matches(self.config, state, path)
         self.agent.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        for group, lr in zip(self.optimizer.param_groups, (self.config.learning_rate_actor,
-                                                            self.config.learning_rate_critic)):
+        for group, lr in zip(self.optimizer.param_groups, self.learning_rates):
             group["lr"] = lr  # the run's rates (a rate given on the command line wins)
         self.permutation_generator.set_state(state["permutation_generator"])
         warning = self.state.restore(state, self.config, self.rank, self.world_size)
@@ -209,7 +209,7 @@ class Trainer:
         c = self.config
         if c.anneal_lr:
             frac = max(0.0, 1.0 - self.state.update / self.total_updates_estimate)
-            for group, lr in zip(self.optimizer.param_groups, (c.learning_rate_actor, c.learning_rate_critic)):
+            for group, lr in zip(self.optimizer.param_groups, self.learning_rates):
                 group["lr"] = frac * lr
         snapshot = _snapshot(self.agent, self.optimizer)
         stats = ppo_update(self.agent, self.optimizer, batch, self.settings, self.permutation_generator, self.comm)

@@ -1,8 +1,9 @@
 """Launching workers: three ways in, one code path (``env://`` rendezvous from RANK /
 WORLD_SIZE / MASTER_ADDR / MASTER_PORT):
 
-1. ``--distributed``: :func:`launch` spawns one worker per device with
-   ``torch.multiprocessing``, hosts the rendezvous store and sets those variables;
+1. ``--distributed``: :func:`launch` starts one worker per device with
+   ``torch.multiprocessing`` (forked CPU workers on Linux, else spawned), hosts the
+   rendezvous store and sets those variables;
 2. ``torchrun``: the variables are already set, the process is one worker;
 3. no flag: a single in-process worker with :class:`LocalComm`.
 """
