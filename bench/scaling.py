@@ -2,8 +2,10 @@
 
 Runs the real command line (``train_ppo_lstm.py``, and ``--distributed --device cpu
 --num-workers 2``), one run at a time, alternating, ``--repeats`` times each. For each it
-reports the wall time and the speed-up over one worker; the seconds from the command to
-the first finished update (start-up: imports, spawn, rendezvous, env and model set-up);
+reports the wall time and the speed-up over one worker; the training loop's own seconds
+(the run's ``Training finished ... in X s`` line) and their speed-up, which leave start-up
+and shut-down out; the seconds from the command to the first finished update (start-up:
+imports, starting the workers, rendezvous, env and model set-up);
 rank 0's share of loop time per phase (rollout, gather, update, agreement, logging,
 hold-out, checkpoints; from the run's ``Time by phase`` line); the peak RSS of each
 worker; and what it learned: the mean episode reward of the last 10 % of episodes
@@ -32,6 +34,7 @@ TRAIN = str(ROOT / "train_ppo_lstm.py")
 PHASE = re.compile(r"Time by phase \(rank 0\): (.*)$", re.M)
 PEAK = re.compile(r"Peak memory per worker: (.*) MiB$", re.M)
 HOLDOUT = re.compile(r"^Holdout @ episode \d+ - Return: ([+-]?\d+\.\d+)%", re.M)
+LOOP = re.compile(r"^Training finished: .* in (\d+\.\d+)s$", re.M)
 
 
 def run_once(workers: int, episodes: int, market: str, seed: int) -> dict[str, Any]:
@@ -64,7 +67,8 @@ def run_once(workers: int, episodes: int, market: str, seed: int) -> dict[str, A
                       (part.rsplit(" ", 1) for part in PHASE.search(output).group(1).split(", ")))
         peaks = [float(x) for x in PEAK.search(output).group(1).split(" / ")]
         holdouts = HOLDOUT.findall(output)
-        return {"workers": workers, "wall_s": wall, "startup_s": first_update, "updates": len(rows),
+        return {"workers": workers, "wall_s": wall, "loop_s": float(LOOP.search(output).group(1)),
+                "startup_s": first_update, "updates": len(rows),
                 "phases_pct": phases, "peak_rss_mib": peaks, "last10_reward": _last_reward(rows, episodes),
                 "holdout_return_pct": float(holdouts[-1]) if holdouts else None}
 
@@ -115,7 +119,8 @@ def main() -> None:
         runs = results[workers]
         phases = {p: statistics.median(r["phases_pct"].get(p, 0.0) for r in runs) for p in runs[0]["phases_pct"]}
         summary[workers] = {
-            "wall_s": round(median(workers, "wall_s"), 2), "startup_s": round(median(workers, "startup_s"), 2),
+            "wall_s": round(median(workers, "wall_s"), 2), "loop_s": round(median(workers, "loop_s"), 2),
+            "startup_s": round(median(workers, "startup_s"), 2),
             "updates": runs[0]["updates"], "phases_pct": phases,
             "peak_rss_mib": [round(max(r["peak_rss_mib"][i] for r in runs)) for i in range(workers)],
             "last10_reward": round(median(workers, "last10_reward"), 3),
@@ -123,9 +128,11 @@ def main() -> None:
             "walls_s": [round(r["wall_s"], 2) for r in runs],
         }
     speedup = summary[1]["wall_s"] / summary[2]["wall_s"]
+    loop_speedup = summary[1]["loop_s"] / summary[2]["loop_s"]
 
-    phase_names = list(summary[1]["phases_pct"])
-    header = (["workers", "wall s (median)", "speed-up", "start-up s", "updates"] + [f"{p} %" for p in phase_names]
+    phase_names = list(dict.fromkeys([*summary[1]["phases_pct"], *summary[2]["phases_pct"]]))  # sync check: W > 1
+    header = (["workers", "wall s (median)", "speed-up", "loop s", "loop speed-up", "start-up s", "updates"]
+              + [f"{p} %" for p in phase_names]
               + ["peak RSS MiB/worker", "reward, last 10 %", "hold-out return %"])
     print(f"Scaling: --episodes {args.episodes} --market {args.market} --seed {args.seed}, default flags, "
           f"{args.repeats} run(s) each, {os.cpu_count()} CPUs")
@@ -134,13 +141,15 @@ def main() -> None:
     for workers in (1, 2):
         s = summary[workers]
         cells = [str(workers), f"{s['wall_s']:.1f}", f"{summary[1]['wall_s'] / s['wall_s']:.2f}x",
-                 f"{s['startup_s']:.1f}", str(s["updates"])]
+                 f"{s['loop_s']:.1f}", f"{summary[1]['loop_s'] / s['loop_s']:.2f}x", f"{s['startup_s']:.1f}",
+                 str(s["updates"])]
         cells += [f"{s['phases_pct'].get(p, 0.0):.0f}" for p in phase_names]
         cells += [" / ".join(map(str, s["peak_rss_mib"])), f"{s['last10_reward']:.2f}",
                   "-" if s["holdout_return_pct"] is None else f"{s['holdout_return_pct']:+.2f}"]
         print("| " + " | ".join(cells) + " |")
     print(json.dumps({"bench": "scaling", "episodes": args.episodes, "market": args.market, "seed": args.seed,
                       "repeats": args.repeats, "cpus": os.cpu_count(), "speedup_2_vs_1": round(speedup, 3),
+                      "loop_speedup_2_vs_1": round(loop_speedup, 3),
                       "one_worker": summary[1], "two_workers": summary[2]}))
 
 

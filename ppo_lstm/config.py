@@ -85,7 +85,7 @@ class TrainConfig:
     clip: float = _f(0.2, PPO, "PPO ratio clip range")
     epochs: int = _f(4, PPO, "passes over each batch")
     minibatches: int = _f(4, PPO, "minibatches per epoch (each a set of whole env sequences)")
-    ent_coef: float = _f(0.01, PPO, "entropy bonus coefficient")
+    ent_coef: float = _f(0.02, PPO, "entropy bonus coefficient")
     vf_coef: float = _f(0.5, PPO, "value loss coefficient")
     max_grad_norm: float = _f(0.5, PPO, "global gradient-norm clip")
     clip_vloss: bool = _f(True, PPO, "clip the value loss around the old values")
