@@ -33,7 +33,8 @@ def agreement_row(records: np.ndarray, done: bool, signum: int, seconds: float, 
     number or 0, env-steps/s, records padded to capacity x 6]``. ``capacity`` (T * N)
     bounds the episodes a rank can finish in one rollout, so every row has the same size
     (gloo needs equal sizes); ``records`` ``[k, 6]`` (:data:`EPISODE_FIELDS`) are the ones
-    this rank counts; ``seconds`` is the time its last iteration took."""
+    this rank counts; ``seconds`` is the time its last rollout, gather and update took
+    (the first iteration: its rollout so far)."""
     row = torch.zeros(4 + capacity * len(EPISODE_FIELDS), dtype=torch.float64)
     row[:4] = torch.tensor([len(records), float(done), float(signum), capacity / max(seconds, 1e-9)])
     row[4:4 + records.size] = torch.from_numpy(records.reshape(-1))

@@ -313,7 +313,7 @@ def learning_rates(config: TrainConfig, world_size: int = 1) -> tuple[float, flo
     """The (actor, critic) Adam rates a run trains at, before annealing.
 
     With the default batch (no ``--update-interval``), W workers update on a batch W
-    times larger, so half as many updates on 2 workers see the same data; the rates then
+    times larger, so they make 1/W as many updates on the same data; the rates then
     scale by sqrt(W), the usual rule for Adam when the batch grows. Measured with
     bench/learning.py (6 seeds, 3 markets): on 2 workers at the one-worker rates, 1 of
     18 runs collapsed to a flat policy; at sqrt(2) times the rates none did, and every

@@ -123,7 +123,7 @@ class Trainer:
             finished = s.global_episodes >= c.episodes
             clock = self.clock
             capacity = self.steps * c.num_envs  # transitions (so at most episodes) per rank and rollout
-            seconds = None  # this rank's previous iteration, for its env-steps/s
+            seconds = None  # this rank's previous rollout, gather and update, for its env-steps/s
             while not finished:
                 tic = time.perf_counter()
                 with clock("rollout"):
@@ -136,6 +136,7 @@ class Trainer:
                                              seconds or time.perf_counter() - tic, capacity)  # [T, N*W]
                 with clock("update"):
                     stats, skipped = self._update(batch)
+                seconds = time.perf_counter() - tic
                 finished = agreed.finished
                 with clock("logging"):
                     update_totals = self._log_episodes(agreed.records)
@@ -148,7 +149,6 @@ class Trainer:
                 if due:
                     with clock("checkpoints"):
                         self._checkpoint(holdout)
-                seconds = time.perf_counter() - tic
                 if agreed.signum:
                     self.log.line(f"interrupted at episode {s.global_episodes}, checkpoint saved")
                     self.comm.barrier()  # nobody exits before rank 0 has written
