@@ -6,8 +6,8 @@ reports the wall time and the speed-up over one worker; the training loop's own 
 (the run's ``Training finished ... in X s`` line) and their speed-up, which leave start-up
 and shut-down out; the seconds from the command to the first finished update (start-up:
 imports, starting the workers, rendezvous, env and model set-up);
-rank 0's share of loop time per phase (rollout, gather, update, agreement, logging,
-hold-out, checkpoints; from the run's ``Time by phase`` line); the peak RSS of each
+rank 0's share of loop time per phase (rollout, gather, update, logging, hold-out,
+checkpoints, sync check; from the run's ``Time by phase`` line); the peak RSS of each
 worker; and what it learned: the mean episode reward of the last 10 % of episodes
 (from ``metrics.csv``) and the final simulated hold-out return, so that a faster run
 that learns worse shows. Prints a table and one JSON line.

@@ -53,11 +53,6 @@ class RolloutBatch:
             out[f.name] = part.reshape(part.shape[0], shape[0], *shape[2:]).transpose(0, 1).contiguous()
         return RolloutBatch(**out)
 
-    def gathered(self, gather: Callable[[Tensor], Tensor]) -> "RolloutBatch":
-        """Every rank's batch side by side, ``[T, N * W]``, through ONE collective:
-        ``gather`` concatenates the ranks' :meth:`packed` rows along dim 0 (rank order)."""
-        return self.unpacked(gather(self.packed()))
-
     def select_envs(self, env_index: Tensor) -> "RolloutBatch":
         """The sequences of the envs in ``env_index`` ``[B]`` (env dim is 1 for every field)."""
         return self.map(lambda _, t: t[:, env_index])

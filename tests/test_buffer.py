@@ -47,7 +47,8 @@ def test_buffer_shapes_and_finish():
 
 
 def test_gathered_packs_every_field_into_one_collective_and_back():
-    """``gathered`` sends one [N, F] tensor; unpacked, rank r's envs sit at N*r..N*r+N-1."""
+    """``packed`` makes one [N, F] tensor; the ranks' rows side by side, unpacked, put rank r's
+    envs at N*r..N*r+N-1 (what ``agreement.exchange`` sends through its one collective)."""
     from ppo_lstm.buffer import RolloutBatch
 
     g = torch.Generator().manual_seed(0)
@@ -62,11 +63,11 @@ def test_gathered_packs_every_field_into_one_collective_and_back():
         calls.append(rows.shape)
         return torch.cat([rows, rows + 100.0])  # "rank 1" holds the same envs shifted by 100
 
-    both = batch.gathered(two_ranks)
+    both = batch.unpacked(two_ranks(batch.packed()))
     assert calls == [(N, T * (D + 7) + 2 * H)]
     for name in ("obs", "actions", "log_probs", "values", "rewards", "episode_starts", "advantages", "returns",
                  "initial_h", "initial_c"):
         ours, got = getattr(batch, name), getattr(both, name)
         assert got.shape == (ours.shape[0], 2 * N, *ours.shape[2:]) and got.is_contiguous(), name
         assert torch.equal(got[:, :N], ours) and torch.equal(got[:, N:], ours + 100.0), name
-    assert torch.equal(batch.gathered(lambda rows: rows).obs, batch.obs)  # one worker: unchanged
+    assert torch.equal(batch.unpacked(batch.packed()).obs, batch.obs)  # one worker: unchanged
