@@ -10,9 +10,10 @@ rank 0's share of loop time per phase (rollout, gather, update, logging, hold-ou
 checkpoints, sync check; from the run's ``Time by phase`` line); the peak RSS of each
 worker; and what it learned: the mean episode reward of the last 10 % of episodes
 (from ``metrics.csv``) and the final simulated hold-out return, so that a faster run
-that learns worse shows. Prints a table and one JSON line.
+that learns worse shows. Prints a table and one JSON line. ``--flags`` adds training
+flags to both runs (``--flags "--spin-ms 0"``: the waiting worker sleeps at once).
 
-    python bench/scaling.py [--episodes 400] [--repeats 2] [--market regime]
+    python bench/scaling.py [--episodes 400] [--repeats 2] [--market regime] [--flags "..."]
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import csv
 import json
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -37,13 +39,13 @@ HOLDOUT = re.compile(r"^Holdout @ episode \d+ - Return: ([+-]?\d+\.\d+)%", re.M)
 LOOP = re.compile(r"^Training finished: .* in (\d+\.\d+)s$", re.M)
 
 
-def run_once(workers: int, episodes: int, market: str, seed: int) -> dict[str, Any]:
+def run_once(workers: int, episodes: int, market: str, seed: int, flags: list[str]) -> dict[str, Any]:
     """One training command to the end; its timings, memory and learning figures."""
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp)
         command = [sys.executable, TRAIN, "--episodes", str(episodes), "--market", market, "--seed", str(seed),
                    "--device", "cpu", "--no-progress", "--checkpoint-dir", str(run / "ck"),
-                   "--log-file", str(run / "training.log")]
+                   "--log-file", str(run / "training.log"), *flags]
         if workers > 1:
             command += ["--distributed", "--num-workers", str(workers)]
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
@@ -104,12 +106,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="runs of each worker count (alternating)")
     parser.add_argument("--market", default="regime")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--flags", default="", help="training flags added to both runs, in one string")
     args = parser.parse_args()
 
     results: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
     for _ in range(args.repeats):
         for workers in (1, 2):
-            results[workers].append(run_once(workers, args.episodes, args.market, args.seed))
+            results[workers].append(run_once(workers, args.episodes, args.market, args.seed,
+                                             shlex.split(args.flags)))
 
     def median(workers: int, key: str) -> float:
         return statistics.median(r[key] for r in results[workers])
@@ -134,7 +138,8 @@ def main() -> None:
     header = (["workers", "wall s (median)", "speed-up", "loop s", "loop speed-up", "start-up s", "updates"]
               + [f"{p} %" for p in phase_names]
               + ["peak RSS MiB/worker", "reward, last 10 %", "hold-out return %"])
-    print(f"Scaling: --episodes {args.episodes} --market {args.market} --seed {args.seed}, default flags, "
+    print(f"Scaling: --episodes {args.episodes} --market {args.market} --seed {args.seed}, "
+          f"{'flags ' + args.flags if args.flags else 'default flags'}, "
           f"{args.repeats} run(s) each, {os.cpu_count()} CPUs")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
@@ -148,7 +153,7 @@ def main() -> None:
                   "-" if s["holdout_return_pct"] is None else f"{s['holdout_return_pct']:+.2f}"]
         print("| " + " | ".join(cells) + " |")
     print(json.dumps({"bench": "scaling", "episodes": args.episodes, "market": args.market, "seed": args.seed,
-                      "repeats": args.repeats, "cpus": os.cpu_count(), "speedup_2_vs_1": round(speedup, 3),
+                      "flags": args.flags, "repeats": args.repeats, "cpus": os.cpu_count(), "speedup_2_vs_1": round(speedup, 3),
                       "loop_speedup_2_vs_1": round(loop_speedup, 3),
                       "one_worker": summary[1], "two_workers": summary[2]}))
 

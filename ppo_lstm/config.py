@@ -114,6 +114,10 @@ class TrainConfig:
     dist_timeout: float = _f(180.0, DIST, "seconds before a stuck collective (e.g. a dead worker) fails the job",
                              launch=True)
     sync_check_interval: int = _f(50, DIST, "compare a parameter checksum across ranks every this many updates")
+    spin_ms: Optional[float] = _f(None, DIST, "milliseconds a CPU (gloo) worker waiting at a collective stays on its "
+                                            "core, yielding it at every turn, before it sleeps; 0: sleep at once "
+                                            "(default: 20 when the workers' torch threads fit this machine's cores, "
+                                            "else 0)", launch=True)
     # environment
     env: EnvConfig = field(default_factory=EnvConfig, metadata={"group": ENV})
 
@@ -266,6 +270,8 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
         raise UsageError(f"--cost-warmup must be within [0, 1], got {config.cost_warmup}")
     if config.target_kl is not None and not config.target_kl > 0:
         raise UsageError(f"--target-kl must be > 0 (or left out), got {config.target_kl}")
+    if config.spin_ms is not None and not 0.0 <= config.spin_ms <= 1000.0:
+        raise UsageError(f"--spin-ms must be within [0, 1000] milliseconds (0: never busy-wait), got {config.spin_ms}")
     if not 0.0 <= config.holdout < 1.0:
         raise UsageError(f"--holdout must be a fraction within [0, 1), got {config.holdout}; 0.2 keeps the last "
                          f"fifth of --data out of training, 0 trains on all of it")

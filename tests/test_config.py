@@ -111,6 +111,7 @@ def test_history_goes_to_rank_0_unless_all_ranks_asked():
     ({"minibatches": 3}, "--minibatches 3 must divide"),
     ({"env": EnvConfig(market="moon")}, "--market 'moon' is unknown"),
     ({"env": EnvConfig(window=0)}, "--window must be at least 1"),
+    ({"spin_ms": -1.0}, "--spin-ms must be within"),
 ])
 def test_validate_rejects_impossible_settings(changes, message):
     with pytest.raises(UsageError, match=message):

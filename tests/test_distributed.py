@@ -385,3 +385,62 @@ def test_drift_is_repaired_from_rank_0_bitwise_adam_state_included(tmp_path):
         for name, value in state.items():
             assert torch.equal(value, rank1["optimizer"]["state"][key][name]), (key, name)
     assert float(rank1["optimizer"]["state"][0]["step"]) == 3.0  # rank 0's count, not rank 1's 8
+
+
+def test_spin_budget_only_under_gloo_and_only_when_the_workers_fit_the_cores(monkeypatch):
+    """A waiting rank busy-waits only where it takes no core from another rank."""
+    from ppo_lstm.distributed import comm
+
+    monkeypatch.setattr(comm, "usable_cores", lambda: 2)
+    monkeypatch.setattr(comm.torch, "get_num_threads", lambda: 1)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert comm.spin_budget("gloo") == comm.SPIN_SECONDS > 0
+    assert comm.spin_budget("nccl") == 0.0
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")  # more workers than cores
+    assert comm.spin_budget("gloo") == 0.0
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setattr(comm.torch, "get_num_threads", lambda: 2)  # 2 workers x 2 threads on 2 cores
+    assert comm.spin_budget("gloo") == 0.0
+
+
+SPIN_SCRIPT = """
+import sys, time
+import torch
+from ppo_lstm.config import TrainConfig
+from ppo_lstm.distributed import launch
+
+def worker(config, w):
+    comm = w.comm
+    assert comm.spin_seconds == 0.005, comm.spin_seconds  # --spin-ms 5
+    out = []
+    for late in (0.0, 0.001, 0.1):  # a peer in time, one within the spin budget, one long after it
+        if w.comm.rank == 1:
+            time.sleep(late)
+        x = torch.full((2, 3), float(w.comm.rank))
+        out.append(comm.gather(x, dim=0).tolist())
+        out.append(comm.sum(torch.tensor([1.0, w.comm.rank])).tolist())
+        y = torch.tensor([float(w.comm.rank + 5)])
+        comm.broadcast_(y, src=1)
+        out.append(y.tolist())
+    torch.save(out, f"rank{w.comm.rank}.pt")
+    return 0
+
+if __name__ == "__main__":
+    sys.exit(launch(TrainConfig(distributed=True, num_workers=2, device="cpu", spin_ms=5.0), "cpu", worker))
+"""
+
+
+def test_spinning_collectives_deliver_whether_the_peer_is_early_or_late(tmp_path):
+    """Two real gloo workers (--spin-ms 5): gather, sum and broadcast give the same results
+    when the waiting rank finds them done within its spin and when it must sleep after it."""
+    import subprocess
+    import sys
+
+    (tmp_path / "spin.py").write_text(SPIN_SCRIPT)
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, "spin.py"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr
+    expected = [[[0.0] * 3, [0.0] * 3, [1.0] * 3, [1.0] * 3], [2.0, 1.0], [6.0]] * 3
+    assert torch.load(tmp_path / "rank0.pt") == expected
+    assert torch.load(tmp_path / "rank1.pt") == expected

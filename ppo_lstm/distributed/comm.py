@@ -3,13 +3,25 @@ and torch.distributed implementations, and the parameter sync check."""
 from __future__ import annotations
 
 import io
+import os
 import re
+import time
 import warnings
 from typing import Any, Optional, Protocol
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+
+from .devices import usable_cores
+
+# How long a gloo collective's caller busy-waits, giving the core away at every turn
+# (sched_yield), before it sleeps until the collective completes. A rank that sleeps
+# is woken a millisecond or more after its peer's data arrives (the scheduler, and on
+# a VM the host, must wake its idle core); one that keeps its core runs the moment the
+# data is there. 2 gloo workers on 2 cores gained about 7 % (bench/results/scaling_spin.txt).
+# --spin-ms overrides it.
+SPIN_SECONDS = 0.02
 
 
 class CommError(Exception):
@@ -69,6 +81,17 @@ class LocalComm:
         pass
 
 
+def spin_budget(backend: str) -> float:
+    """Seconds a collective's caller may busy-wait (:data:`SPIN_SECONDS`): only under gloo,
+    and only when this machine's workers (``LOCAL_WORLD_SIZE``) times their torch threads
+    fit its cores, so a waiting rank never takes a core another rank needs. NCCL
+    collectives return at once (the GPU stream waits), so there is nothing to spin on."""
+    if backend != "gloo" or not hasattr(os, "sched_yield"):
+        return 0.0
+    local_workers = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return SPIN_SECONDS if local_workers * torch.get_num_threads() <= usable_cores() else 0.0
+
+
 def wire_device(backend: str, device: torch.device) -> torch.device:
     """The device every tensor must be on when handed to ``backend``'s collectives:
     the CPU for gloo; the worker's own device (its GPU) for NCCL."""
@@ -89,7 +112,8 @@ class TorchComm:
     ``all_reduce``, ``broadcast``, ``all_gather_object``, ``barrier``).
     """
 
-    def __init__(self, device: Optional[torch.device] = None, collectives: Any = dist) -> None:
+    def __init__(self, device: Optional[torch.device] = None, collectives: Any = dist,
+                 spin_seconds: Optional[float] = None) -> None:
         self._dist = collectives
         self.rank = collectives.get_rank()
         self.world_size = collectives.get_world_size()
@@ -97,11 +121,23 @@ class TorchComm:
         if device is None:
             device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
         self.device = wire_device(backend, device)
+        if backend != "gloo":
+            spin_seconds = 0.0  # NCCL calls return at once; the GPU stream does the waiting
+        self.spin_seconds = spin_budget(backend) if spin_seconds is None else spin_seconds
 
-    def _run(self, collective: str, *args: Any) -> None:
-        """Call ``collective``; a backend failure (a peer gone, a timeout) becomes a :class:`CommError`."""
+    def _run(self, collective: str, *args: Any, spin: bool = False) -> None:
+        """Call ``collective`` and wait for it (with ``spin``, a tensor collective: busy for up
+        to :attr:`spin_seconds`, then asleep); a backend failure (a peer gone, a timeout)
+        becomes a :class:`CommError`."""
         try:
-            getattr(self._dist, collective)(*args)
+            if spin and self.spin_seconds > 0:
+                work = getattr(self._dist, collective)(*args, async_op=True)
+                deadline = time.perf_counter() + self.spin_seconds
+                while not work.is_completed() and time.perf_counter() < deadline:
+                    os.sched_yield()
+                work.wait()  # at once if completed; else asleep, under the group's timeout
+            else:
+                getattr(self._dist, collective)(*args)
         except RuntimeError as err:  # DistBackendError, DistNetworkError, gloo's "Connection closed by peer", ...
             raise CommError(f"{collective}: {one_line(err)}") from err
 
@@ -112,12 +148,12 @@ class TorchComm:
     def gather(self, tensor: Tensor, dim: int = 0) -> Tensor:
         local = self._wire(tensor)
         parts = [torch.empty_like(local) for _ in range(self.world_size)]
-        self._run("all_gather", parts, local)
+        self._run("all_gather", parts, local, spin=True)
         return torch.cat(parts, dim=dim).to(tensor.device)
 
     def sum(self, tensor: Tensor) -> Tensor:
         total = self._wire(tensor, copy=True)
-        self._run("all_reduce", total)  # the default op: SUM
+        self._run("all_reduce", total, spin=True)  # the default op: SUM
         return total.to(tensor.device)
 
     def mean(self, tensor: Tensor) -> Tensor:
@@ -137,7 +173,7 @@ class TorchComm:
 
     def broadcast_(self, tensor: Tensor, src: int = 0) -> None:
         wire = self._wire(tensor, copy=True)
-        self._run("broadcast", wire, src)
+        self._run("broadcast", wire, src, spin=True)
         with torch.no_grad():
             tensor.copy_(wire)
 
