@@ -8,9 +8,11 @@ same trading env with the same sizes, at two configurations:
 * ``matched``: 8 envs x 128 steps = 1024 transitions per update, 4 epochs x 4
   minibatches, the same sizes (close to RecurrentPPO's own defaults).
 
+Each trainer runs ``--repeats`` times per configuration, the two alternating; the table
+shows the median env-steps/s and the ratio of medians, the JSON line every run as well.
 Prints a table and one JSON line; compare the ratios, not the absolute numbers (shared machine).
 
-    python bench/train_throughput.py [--steps 20480]
+    python bench/train_throughput.py [--steps 20480] [--repeats 3]
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -78,14 +81,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20480, help="env steps per framework")
     parser.add_argument("--market", default="regime")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each trainer per configuration (median)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     env = EnvConfig(market=args.market)
-    results: dict[str, dict[str, float | None]] = {}
+    runs: dict[str, dict[str, list[float]]] = {}
     for name, steps in CONFIGS.items():
-        results[name] = {"ppo-lstm-trader": ours(args.steps, env, steps),
-                         "sb3-contrib RecurrentPPO": sb3_recurrent_ppo(args.steps, env, steps)}
-    print(f"{'config':<10}{'batch':>7}{'trainer':>28}{'env-steps/s':>14}{'vs sb3-contrib':>16}")
+        runs[name] = {"ppo-lstm-trader": [], "sb3-contrib RecurrentPPO": []}
+        for _ in range(args.repeats):
+            runs[name]["ppo-lstm-trader"].append(ours(args.steps, env, steps))
+            sb3 = sb3_recurrent_ppo(args.steps, env, steps)
+            if sb3 is not None:
+                runs[name]["sb3-contrib RecurrentPPO"].append(sb3)
+    results: dict[str, dict[str, float | None]] = {
+        name: {trainer: statistics.median(values) if values else None for trainer, values in by_trainer.items()}
+        for name, by_trainer in runs.items()}
+    print(f"{'config':<10}{'batch':>7}{'trainer':>28}{'env-steps/s':>14}{'vs sb3-contrib':>16}"
+          f"   (median of {args.repeats} runs each)")
     ratios: dict[str, float | None] = {}
     for name, steps in CONFIGS.items():
         base = results[name]["sb3-contrib RecurrentPPO"]
@@ -97,9 +109,10 @@ def main() -> None:
             ratio = f"{sps / base:.1f}x" if base else "-"
             print(f"{name:<10}{NUM_ENVS * steps:>7}{trainer:>28}{sps:>14,.0f}{ratio:>16}")
     print(json.dumps({"bench": "train_throughput", "steps": args.steps, "market": args.market, "threads": 1,
-                      "configs": {n: {"envs": NUM_ENVS, "steps_per_env": t, "epochs": EPOCHS,
+                      "repeats": args.repeats, "configs": {n: {"envs": NUM_ENVS, "steps_per_env": t, "epochs": EPOCHS,
                                       "minibatches": MINIBATCHES, "size": SIZE} for n, t in CONFIGS.items()},
-                      "env_steps_per_s": results, "ratio_vs_sb3": ratios}))
+                      "env_steps_per_s": results, "ratio_vs_sb3": ratios,
+                      "runs_env_steps_per_s": runs}))
 
 if __name__ == "__main__":
     main()

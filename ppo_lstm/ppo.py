@@ -45,6 +45,38 @@ class UpdateStats:
     finite: bool
 
 
+class FlatGradients:
+    """Every parameter's ``.grad`` as a view into one flat buffer ``[P]`` (P parameters in all).
+
+    Zeroing and scaling the gradients are then one operation each, where
+    ``optimizer.zero_grad`` and ``nn.utils.clip_grad_norm_`` take one per parameter
+    (about 5 % of a gradient step at the default sizes, bench/train_throughput.py).
+    Backward accumulates into the views in place, and the optimizer reads them as
+    usual. Results are bit for bit those of ``zero_grad(set_to_none=True)`` and
+    ``clip_grad_norm_``: the norm is taken per parameter, in the same order, and the
+    same clip factor multiplies every element.
+    """
+
+    def __init__(self, parameters: list[nn.Parameter]) -> None:
+        self.flat = torch.zeros(sum(p.numel() for p in parameters), device=parameters[0].device,
+                                dtype=parameters[0].dtype)  # [P]
+        self.grads: list[Tensor] = []
+        offset = 0
+        for p in parameters:
+            p.grad = self.flat[offset:offset + p.numel()].view_as(p)
+            self.grads.append(p.grad)
+            offset += p.numel()
+
+    def zero_(self) -> None:
+        self.flat.zero_()
+
+    def clip_norm_(self, max_norm: float) -> Tensor:
+        """Scale the gradients so that their global 2-norm is at most ``max_norm``; returns the norm before."""
+        total = nn.utils.get_total_norm(self.grads, 2.0, foreach=True)
+        self.flat.mul_(torch.clamp(max_norm / (total + 1e-6), max=1.0))
+        return total
+
+
 def explained_variance(predicted: Tensor, target: Tensor) -> float:
     """1 - Var[target - predicted] / Var[target]; nan when the target is constant."""
     var = target.var()
@@ -65,6 +97,7 @@ def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, ba
     if num_envs % settings.minibatches:
         raise ValueError(f"{settings.minibatches} minibatches do not divide the batch's {num_envs} env sequences")
     device = batch.obs.device
+    gradients = FlatGradients(list(agent.parameters()))
     sums = torch.zeros(6, device=device)  # pg, v, entropy, kl, clipfrac, count
     finite = True
     epochs_run = 0
@@ -99,9 +132,9 @@ def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, ba
             if not torch.isfinite(loss):
                 finite = False
                 break
-            optimizer.zero_grad(set_to_none=True)
+            gradients.zero_()
             loss.backward()
-            nn.utils.clip_grad_norm_(agent.parameters(), settings.max_grad_norm)
+            gradients.clip_norm_(settings.max_grad_norm)
             optimizer.step()
             sums += torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach(),
                                  approx_kl, clip_fraction, torch.ones((), device=device)])
