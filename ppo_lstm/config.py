@@ -52,6 +52,9 @@ class TrainConfig:
     device: str = _f("auto", RUN, "where to train", launch=True, choices=("auto", "cpu", "cuda"))
     threads: Optional[int] = _f(None, RUN, "intra-op torch threads per worker "
                                            "(default: OMP_NUM_THREADS if set, else 1)", launch=True)
+    autocast: str = _f("off", RUN, "bf16: run the PPO update's forward pass (matrix products, the LSTM) in bfloat16 "
+                                   "under torch.autocast; rollouts, losses and Adam stay float32. On a CPU it is "
+                                   "slower at the default sizes; off: float32 throughout", choices=("off", "bf16"))
     data: Optional[str] = _f(None, RUN, "OHLCV history (CSV or Parquet) for rank 0 (default: a simulated market)")
     date_format: Optional[str] = _f(None, RUN, "strftime format of the data's time column (default: detected)")
     data_all_ranks: bool = _f(False, RUN, "trade --data on every rank (at different random windows)")

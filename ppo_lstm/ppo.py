@@ -6,6 +6,7 @@ rollout's log-probs (ratio 1 up to float rounding).
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
@@ -28,6 +29,7 @@ class PPOSettings:
     clip_vloss: bool
     norm_adv: bool
     target_kl: float | None
+    autocast: bool = False  # the forward pass in bfloat16 (torch.autocast on the batch's device)
 
 
 @dataclass
@@ -106,7 +108,9 @@ def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, ba
         epoch_kl = torch.zeros((), device=device)
         for envs in order.view(settings.minibatches, -1):  # [M, B / M] env indices
             mb = batch.select_envs(envs)
-            logits, values, _ = agent(mb.obs, (mb.initial_h, mb.initial_c), mb.episode_starts)
+            with torch.autocast(device.type, dtype=torch.bfloat16) if settings.autocast else nullcontext():
+                logits, values, _ = agent(mb.obs, (mb.initial_h, mb.initial_c), mb.episode_starts)
+            logits, values = logits.float(), values.float()  # the loss in float32 (no-ops without autocast)
             all_log_probs = logits.log_softmax(-1)  # [T, B/M, A]
             new_log_probs = all_log_probs.gather(-1, mb.actions.long().unsqueeze(-1)).squeeze(-1)  # [T, B/M]
             entropy = -(all_log_probs.exp() * all_log_probs).sum(-1).mean()

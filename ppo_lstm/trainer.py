@@ -30,7 +30,7 @@ from .buffer import RolloutBatch
 from .checkpoint import BEST_NAME, CheckpointDir
 from .config import TrainConfig, describe_batch, learning_rates, steps_per_env, update_batch
 from .distributed import Worker, episode_share, parameters_in_sync, trades_history
-from .errors import TrainingError
+from .errors import TrainingError, UsageError
 from .holdout import DataSplit, Holdout, holdout_columns, holdout_line, load_training_data
 from .logger import EpisodeTotals, NullLogger, RunLogger, format_episode_line
 from .ppo import PPOSettings, UpdateStats, ppo_update
@@ -56,7 +56,11 @@ class Trainer:
         self.rank, self.world_size = self.comm.rank, self.comm.world_size
         self.steps = steps_per_env(config, self.world_size)
         self.settings = PPOSettings(config.clip, config.epochs, config.minibatches, config.ent_coef, config.vf_coef,
-                                    config.max_grad_norm, config.clip_vloss, config.norm_adv, config.target_kl)
+                                    config.max_grad_norm, config.clip_vloss, config.norm_adv, config.target_kl,
+                                    config.autocast == "bf16")
+        if config.autocast == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            raise UsageError(f"--autocast bf16: {torch.cuda.get_device_name(self.device)} has no bfloat16 support; "
+                             f"leave --autocast off")
         self.total_updates_estimate = max(1, math.ceil(config.episodes * config.env.episode_length
                                                        / update_batch(config, self.world_size)))
         self.bad_updates = 0

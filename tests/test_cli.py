@@ -92,3 +92,25 @@ def test_tensorboard_curves_when_installed(tmp_path):
     result = run_cli(tmp_path, "--episodes", "4", "--tensorboard", *TINY)
     assert result.returncode == 0, result.stderr
     assert list((tmp_path / "checkpoints" / "tb").glob("events.out.tfevents.*"))
+
+
+def test_autocast_bf16_trains_and_records_it(tmp_path):
+    """--autocast bf16 end to end on the CPU: trains and checkpoints float32 weights, and the
+    setting is recorded in the log header and the checkpoint (so a resume keeps it)."""
+    result = run_cli(tmp_path, "--episodes", "8", "--autocast", "bf16", "--device", "cpu", *TINY)
+    assert result.returncode == 0, result.stderr
+    assert '"autocast": "bf16"' in (tmp_path / "training.log").read_text().splitlines()[0]
+    from conftest import load_state
+
+    checkpoints = tmp_path / "checkpoints"
+    saved = load_state(checkpoints / (checkpoints / "latest").read_text().strip())
+    assert saved["config"]["autocast"] == "bf16"
+    assert all(t.dtype == torch.float32 for t in saved["model"].values())  # the weights stay float32
+
+
+def test_unknown_autocast_is_one_line_exit_2(tmp_path):
+    from conftest import cli_in_process
+
+    result = cli_in_process(tmp_path, "--autocast", "fp8")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "--autocast" in result.stderr

@@ -81,3 +81,33 @@ def test_ppo_update_is_bitwise_the_per_parameter_update(monkeypatch, max_grad_no
         for key, value in state.items():
             assert torch.equal(flat[1]["state"][index][key], value), (index, key)
     assert not torch.equal(flat[0]["policy_head.weight"], agent.state_dict()["policy_head.weight"])  # it trained
+
+
+def test_bf16_autocast_update_keeps_float32_weights_and_stays_near_the_rollout_policy():
+    """With autocast the forward pass runs in bfloat16: the first minibatch's log-probs then
+    differ from the float32 rollout's by bfloat16 rounding (approx-KL above float32's, yet
+    far inside the clip range), and the weights, gradients and Adam state stay float32."""
+    config = TrainConfig()
+    torch.manual_seed(0)
+    agent = build_agent(config)
+    with torch.no_grad():
+        agent.policy_head.weight.mul_(100.0)  # logits of order 1, not the near-uniform initial policy's
+    collector = RolloutCollector(config, agent, 0, 16, torch.device("cpu"), None)
+    collector.collect(0)
+    batch = collector.finish()
+
+    def first_step_kl(autocast):
+        twin = copy.deepcopy(agent)
+        settings = PPOSettings(config.clip, 1, 1, config.ent_coef, config.vf_coef, config.max_grad_norm,
+                               config.clip_vloss, config.norm_adv, None, autocast)  # one step on the whole batch
+        optimizer = build_optimizer(config, twin)
+        stats = ppo_update(twin, optimizer, batch, settings, torch.Generator().manual_seed(0), LocalComm())
+        return stats, twin, optimizer
+
+    fp32, _, _ = first_step_kl(False)
+    bf16, twin, optimizer = first_step_kl(True)
+    assert abs(fp32.approx_kl) < 1e-9  # float32 replays the rollout up to float rounding
+    assert 1e-9 < bf16.approx_kl < 1e-3 and bf16.clip_fraction == 0.0
+    assert bf16.finite and all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in twin.parameters())
+    assert all(v.dtype == torch.float32 for s in optimizer.state.values() for k, v in s.items() if k != "step")
+    assert not torch.equal(twin.policy_head.weight, agent.policy_head.weight)
