@@ -153,7 +153,8 @@ def main() -> None:
                   "-" if s["holdout_return_pct"] is None else f"{s['holdout_return_pct']:+.2f}"]
         print("| " + " | ".join(cells) + " |")
     print(json.dumps({"bench": "scaling", "episodes": args.episodes, "market": args.market, "seed": args.seed,
-                      "flags": args.flags, "repeats": args.repeats, "cpus": os.cpu_count(), "speedup_2_vs_1": round(speedup, 3),
+                      "flags": args.flags, "repeats": args.repeats, "cpus": os.cpu_count(),
+                      "speedup_2_vs_1": round(speedup, 3),
                       "loop_speedup_2_vs_1": round(loop_speedup, 3),
                       "one_worker": summary[1], "two_workers": summary[2]}))
 

@@ -109,7 +109,8 @@ def main() -> None:
             ratio = f"{sps / base:.1f}x" if base else "-"
             print(f"{name:<10}{NUM_ENVS * steps:>7}{trainer:>28}{sps:>14,.0f}{ratio:>16}")
     print(json.dumps({"bench": "train_throughput", "steps": args.steps, "market": args.market, "threads": 1,
-                      "repeats": args.repeats, "configs": {n: {"envs": NUM_ENVS, "steps_per_env": t, "epochs": EPOCHS,
+                      "repeats": args.repeats,
+                      "configs": {n: {"envs": NUM_ENVS, "steps_per_env": t, "epochs": EPOCHS,
                                       "minibatches": MINIBATCHES, "size": SIZE} for n, t in CONFIGS.items()},
                       "env_steps_per_s": results, "ratio_vs_sb3": ratios,
                       "runs_env_steps_per_s": runs}))
