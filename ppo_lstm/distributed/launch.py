@@ -246,7 +246,6 @@ def _run_worker(config: TrainConfig, device: str, worker_fn: WorkerFn, local_ran
                                 device_id=device_id)
     else:
         dist.init_process_group(backend, init_method="env://", timeout=timeout, device_id=device_id)
-    spin = None if config.spin_ms is None else config.spin_ms / 1000.0  # None: comm.spin_budget decides
     watch: Optional[FailureAlarm] = None
     if alarm:
         try:
@@ -254,7 +253,9 @@ def _run_worker(config: TrainConfig, device: str, worker_fn: WorkerFn, local_ran
         except RuntimeError as err:  # the job still ends on a failure, just not as fast under NCCL
             print(f"warning: rank {rank}: no failure alarm ({one_line(err)})", file=sys.stderr)
     try:
-        code = worker_fn(config, Worker(with_fault_hook(TorchComm(torch_device, spin_seconds=spin)), local_rank, torch_device))
+        spin = None if config.spin_ms is None else config.spin_ms / 1000.0  # None: comm.spin_budget decides
+        comm = with_fault_hook(TorchComm(torch_device, spin_seconds=spin))
+        code = worker_fn(config, Worker(comm, local_rank, torch_device))
     except WorkerFailed as err:
         end_process(f"error: rank {rank}: {err}", watch, f"rank {rank} failed")
     except CommError as err:
