@@ -6,11 +6,23 @@ The LSTM state is a pair ``(h, c)``, each ``[1, B, H]``.
 from __future__ import annotations
 
 import math
+import warnings
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor, nn
 
 LSTMState = tuple[Tensor, Tensor]
+
+
+def sequence_boundaries(episode_starts: Tensor) -> list[int]:
+    """``[0, t1, ..., T]``: the time steps ``t > 0`` where some env of ``episode_starts``
+    ``[T, B]`` starts an episode, between 0 and T. On a GPU tensor this costs a sync;
+    a single step (``T = 1``) never does."""
+    steps = episode_starts.shape[0]
+    if steps == 1:
+        return [0, 1]
+    return [0, *(torch.nonzero(episode_starts[1:].any(dim=1)).flatten() + 1).tolist(), steps]
 
 
 def _orthogonal(layer: nn.Linear, gain: float) -> nn.Linear:
@@ -57,7 +69,8 @@ class RecurrentActorCritic(nn.Module):
         """Value head: trained at ``--learning-rate-critic``."""
         return list(self.value_head.parameters())
 
-    def forward(self, obs: Tensor, state: LSTMState, episode_starts: Tensor) -> tuple[Tensor, Tensor, LSTMState]:
+    def forward(self, obs: Tensor, state: LSTMState, episode_starts: Tensor,
+                boundaries: Optional[list[int]] = None) -> tuple[Tensor, Tensor, LSTMState]:
         """Replay sequences from ``state``, zeroing it where an episode starts.
 
         Args:
@@ -65,6 +78,8 @@ class RecurrentActorCritic(nn.Module):
             state: ``(h, c)``, each ``[1, B, H]``: the state before ``obs[0]``.
             episode_starts: ``[T, B]``, 1.0 where ``obs[t]`` is an episode's first
                 observation (the state is reset to zero before that step).
+            boundaries: :func:`sequence_boundaries` of ``episode_starts``, when the caller
+                has them on the host already (finding them on a GPU costs a sync).
 
         Returns:
             logits ``[T, B, A]``, values ``[T, B]`` and the final state ``(h, c)``.
@@ -76,14 +91,39 @@ class RecurrentActorCritic(nn.Module):
         features = self.encoder(obs.reshape(steps * batch, -1)).reshape(steps, batch, -1)
         h, c = state
         keep = 1.0 - episode_starts.to(features.dtype)  # [T, B]
-        boundaries = [0, *(torch.nonzero(episode_starts[1:].any(dim=1)).flatten() + 1).tolist(), steps]
+        if boundaries is None:
+            boundaries = sequence_boundaries(episode_starts)
+        run_lstm = self._lstm_runner(features)
         outputs = []
         for start, end in zip(boundaries[:-1], boundaries[1:]):
             mask = keep[start].view(1, batch, 1)
-            out, (h, c) = self.lstm(features[start:end], (h * mask, c * mask))
+            out, (h, c) = run_lstm(features[start:end], (h * mask, c * mask))
             outputs.append(out)
         hidden = torch.cat(outputs) if len(outputs) > 1 else outputs[0]  # [T, B, H]
         return self.policy_head(hidden), self.value_head(hidden).squeeze(-1), (h, c)
+
+    def _lstm_runner(self, features: Tensor) -> Callable[[Tensor, LSTMState], tuple[Tensor, LSTMState]]:
+        """How the LSTM runs on ``features``' device: :attr:`lstm` itself, or, under
+        ``torch.autocast``, explicitly in the autocast dtype (bfloat16 with ``--autocast bf16``).
+
+        Left to autocast, cuDNN's RNN rule casts the LSTM to float16, whatever dtype the
+        autocast region asks for, and the update has no gradient scaler. On the CPU the
+        explicit call is bit for bit what autocast does there (tests/test_agent.py)."""
+        device_type = features.device.type
+        if not torch.is_autocast_enabled(device_type):
+            return self.lstm
+        dtype = torch.get_autocast_dtype(device_type)
+        lstm = self.lstm
+        weights = [w.to(dtype) for w in lstm._flat_weights]  # cast once per forward, as autocast's cache does
+
+        def run(x: Tensor, state: LSTMState) -> tuple[Tensor, LSTMState]:
+            with torch.autocast(device_type, enabled=False), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous")
+                out, h, c = torch.lstm(x.to(dtype), (state[0].to(dtype), state[1].to(dtype)), weights, lstm.bias,
+                                       lstm.num_layers, lstm.dropout, lstm.training, lstm.bidirectional,
+                                       lstm.batch_first)
+            return out, (h, c)
+        return run
 
     def step(self, obs: Tensor, state: LSTMState, episode_starts: Tensor) -> tuple[Tensor, Tensor, LSTMState]:
         """One time step of B envs: :meth:`forward` with ``T = 1``, for the rollout and backtests.

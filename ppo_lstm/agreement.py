@@ -1,6 +1,6 @@
 """The one collective of a training iteration: every rank's rollout and what the ranks
 must agree on (its finished episodes, whether its share is done, the signal it
-received, its speed), gathered together.
+received, its speed, whether it found its previous update non-finite), gathered together.
 
 One collective instead of one for the rollout and another for the agreement: on CPU
 workers each gloo collective costs about a millisecond of latency plus the wait for
@@ -8,7 +8,7 @@ the slowest rank, so every sync point cut is time the workers spend training.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -26,31 +26,38 @@ class Agreement:
     signum: int  # the largest signal number any rank received (0: none)
     rank_sps: list[float]  # env-steps/s of each rank, in rank order
     records: list[list[float]]  # every rank's episode records ``[k, 6]``, in rank order
+    bad_update_ranks: list[int] = field(default_factory=list)  # ranks that found the previous update non-finite
 
 
-def agreement_row(records: np.ndarray, done: bool, signum: int, seconds: float, capacity: int) -> torch.Tensor:
-    """One rank's row ``[4 + capacity * 6]`` (float64): ``[episode count, done flag, signal
-    number or 0, env-steps/s, records padded to capacity x 6]``. ``capacity`` (T * N)
-    bounds the episodes a rank can finish in one rollout, so every row has the same size
-    (gloo needs equal sizes); ``records`` ``[k, 6]`` (:data:`EPISODE_FIELDS`) are the ones
-    this rank counts; ``seconds`` is the time its last rollout, gather and update took
-    (the first iteration: its rollout so far)."""
-    row = torch.zeros(4 + capacity * len(EPISODE_FIELDS), dtype=torch.float64)
-    row[:4] = torch.tensor([len(records), float(done), float(signum), capacity / max(seconds, 1e-9)])
-    row[4:4 + records.size] = torch.from_numpy(records.reshape(-1))
+HEADER = 5  # episode count, done flag, signal, env-steps/s, bad-update flag
+
+
+def agreement_row(records: np.ndarray, done: bool, signum: int, seconds: float, capacity: int,
+                  bad_update: bool = False) -> torch.Tensor:
+    """One rank's row ``[5 + capacity * 6]`` (float64): ``[episode count, done flag, signal
+    number or 0, env-steps/s, bad-update flag, records padded to capacity x 6]``. ``capacity``
+    (T * N) bounds the episodes a rank can finish in one rollout, so every row has the same
+    size (gloo needs equal sizes); ``records`` ``[k, 6]`` (:data:`EPISODE_FIELDS`) are the
+    ones this rank counts; ``seconds`` is the time its last rollout, gather and update took
+    (the first iteration: its rollout so far); ``bad_update``: this rank judged its previous
+    update non-finite."""
+    row = torch.zeros(HEADER + capacity * len(EPISODE_FIELDS), dtype=torch.float64)
+    row[:HEADER] = torch.tensor([len(records), float(done), float(signum), capacity / max(seconds, 1e-9),
+                                 float(bad_update)])
+    row[HEADER:HEADER + records.size] = torch.from_numpy(records.reshape(-1))
     return row
 
 
 def read_agreement(rows: torch.Tensor, capacity: int) -> Agreement:
-    """The :class:`Agreement` of every rank's :func:`agreement_row` ``[W, 4 + capacity * 6]``."""
+    """The :class:`Agreement` of every rank's :func:`agreement_row` ``[W, 5 + capacity * 6]``."""
     rows = rows.cpu()
-    gathered = [rows[r, 4:].view(capacity, -1)[: int(rows[r, 0])] for r in range(rows.shape[0])]
+    gathered = [rows[r, HEADER:].view(capacity, -1)[: int(rows[r, 0])] for r in range(rows.shape[0])]
     return Agreement(bool(rows[:, 1].sum() == rows.shape[0]), int(rows[:, 2].max()), rows[:, 3].tolist(),
-                     torch.cat(gathered).tolist())
+                     torch.cat(gathered).tolist(), torch.nonzero(rows[:, 4]).flatten().tolist())
 
 
 def exchange(comm: Comm, batch: RolloutBatch, records: np.ndarray, done: bool, signum: int, seconds: float,
-             capacity: int) -> tuple[RolloutBatch, Agreement]:
+             capacity: int, bad_update: bool = False) -> tuple[RolloutBatch, Agreement]:
     """Gather every rank's ``batch`` ``[T, N]`` and :func:`agreement_row` in ONE collective.
 
     Both travel as raw bytes in one row per rank (``[W, bytes]``): the batch's
@@ -59,7 +66,7 @@ def exchange(comm: Comm, batch: RolloutBatch, records: np.ndarray, done: bool, s
     order) and the :class:`Agreement`.
     """
     rows = batch.packed()  # [N, F]
-    agreement = agreement_row(records, done, signum, seconds, capacity).to(rows.device)
+    agreement = agreement_row(records, done, signum, seconds, capacity, bad_update).to(rows.device)
     payload = torch.cat([rows.reshape(-1).view(torch.uint8), agreement.view(torch.uint8)])  # [bytes]
     everyone = comm.gather(payload.unsqueeze(0), dim=0)  # [W, bytes]
     split = rows.numel() * rows.element_size()

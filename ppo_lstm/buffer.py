@@ -78,14 +78,14 @@ class RolloutBuffer:
         self.initial_c = torch.zeros(1, num_envs, lstm_size, device=device)
 
     def add(self, t: int, obs: Tensor, episode_starts: Tensor, actions: Tensor, log_probs: Tensor,
-            values: Tensor, rewards: Tensor) -> None:
-        """Store step ``t``: obs ``[N, D]``, the rest ``[N]``."""
+            values: Tensor) -> None:
+        """Store step ``t``: obs ``[N, D]``, the rest ``[N]``. The step's rewards are known
+        only after the env stepped: the rollout writes them into :attr:`rewards` ``[T, N]``."""
         self.obs[t] = obs
         self.episode_starts[t] = episode_starts
         self.actions[t] = actions
         self.log_probs[t] = log_probs
         self.values[t] = values
-        self.rewards[t] = rewards
 
     def finish(self, next_value: Tensor, next_episode_start: Tensor, gamma: float, gae_lambda: float) -> RolloutBatch:
         """Compute GAE and returns, and hand the rollout over as a :class:`RolloutBatch`.

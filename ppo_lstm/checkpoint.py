@@ -57,6 +57,19 @@ def to_safe(obj: Any) -> Any:
     return obj
 
 
+def on_cpu(obj: Any) -> Any:
+    """``obj`` with every tensor in it (recursively, through dicts, lists and tuples) on
+    the CPU: a checkpoint written on a GPU (fused Adam keeps its state there) must load
+    with a plain ``torch.load`` on a machine without CUDA."""
+    if torch.is_tensor(obj):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {key: on_cpu(value) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(on_cpu(value) for value in obj)
+    return obj
+
+
 def from_safe(obj: Any) -> Any:
     """Inverse of :func:`to_safe`: tagged tensors become numpy arrays again."""
     if isinstance(obj, dict):

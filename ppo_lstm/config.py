@@ -55,6 +55,9 @@ class TrainConfig:
     autocast: str = _f("off", RUN, "bf16: run the PPO update's forward pass (matrix products, the LSTM) in bfloat16 "
                                    "under torch.autocast; rollouts, losses and Adam stay float32. On a CPU it is "
                                    "slower at the default sizes; off: float32 throughout", choices=("off", "bf16"))
+    deterministic: bool = _f(True, RUN, "GPU workers use deterministic cuDNN and cuBLAS algorithms, so ranks that run "
+                                        "the same update stay bitwise equal (--no-deterministic: torch's defaults); "
+                                        "CPU runs are deterministic either way", launch=True)
     data: Optional[str] = _f(None, RUN, "OHLCV history (CSV or Parquet) for rank 0 (default: a simulated market)")
     date_format: Optional[str] = _f(None, RUN, "strftime format of the data's time column (default: detected)")
     data_all_ranks: bool = _f(False, RUN, "trade --data on every rank (at different random windows)")

@@ -151,6 +151,11 @@ def resolve_device(name: str) -> torch.device:
         raise UsageError(f"--device {name}: CUDA is not available here; use --device cpu")
     if device.type not in ("cpu", "cuda"):
         raise UsageError(f"--device {name}: only cpu and cuda are supported")
+    visible = torch.cuda.device_count() if device.type == "cuda" else 0
+    if device.index is not None and device.index >= visible:
+        raise UsageError(f"--device {name}: this machine has {visible} visible GPU"
+                         f"{'' if visible == 1 else 's'} ({', '.join(f'cuda:{i}' for i in range(visible))}); "
+                         f"use one of those, or --device cuda")
     return device
 
 

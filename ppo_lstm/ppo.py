@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Optional
+
 import torch
 from torch import Tensor, nn
 
-from .agent import RecurrentActorCritic
+from .agent import RecurrentActorCritic, sequence_boundaries
 from .buffer import RolloutBatch
 from .distributed import Comm
 
@@ -35,7 +37,8 @@ class PPOSettings:
 @dataclass
 class UpdateStats:
     """Means over every minibatch of every epoch run (losses, entropy, approx-KL, clip fraction);
-    the explained variance is of the rollout's values."""
+    the explained variance is of the rollout's values. A non-finite loss excludes its
+    minibatch and every later one from the means; ``finite`` is False then."""
 
     policy_loss: float
     value_loss: float
@@ -45,6 +48,28 @@ class UpdateStats:
     explained_variance: float
     epochs_run: int
     finite: bool
+
+    @classmethod
+    def from_row(cls, row: list[float], epochs_run: int) -> "UpdateStats":
+        """From :attr:`PendingStats.row`'s values: 5 sums, the count, the explained variance, the finite flag."""
+        count = max(row[5], 1.0)
+        pg, v, ent, kl, cf = (x / count for x in row[:5])
+        return cls(pg, v, ent, kl, cf, row[6], epochs_run, bool(row[7]))
+
+
+@dataclass
+class PendingStats:
+    """An update's statistics, still on the device: ``row`` ``[8]`` float32 holds the sums
+    of policy loss, value loss, entropy, approx-KL and clip fraction over the minibatches
+    counted, their count, the explained variance and the finite flag (1.0 or 0.0).
+    :meth:`fetch` brings them to the host in one copy; the trainer adds its own flags
+    to the same copy."""
+
+    row: Tensor
+    epochs_run: int
+
+    def fetch(self) -> UpdateStats:
+        return UpdateStats.from_row(self.row.tolist(), self.epochs_run)
 
 
 class FlatGradients:
@@ -79,37 +104,48 @@ class FlatGradients:
         return total
 
 
-def explained_variance(predicted: Tensor, target: Tensor) -> float:
-    """1 - Var[target - predicted] / Var[target]; nan when the target is constant."""
+def explained_variance(predicted: Tensor, target: Tensor) -> Tensor:
+    """1 - Var[target - predicted] / Var[target], a 0-dim tensor on their device; nan when
+    the target is constant."""
     var = target.var()
-    return float("nan") if var == 0 else float(1 - (target - predicted).var() / var)
+    return torch.where(var == 0, torch.full_like(var, float("nan")), 1 - (target - predicted).var() / var)
 
 
 def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, batch: RolloutBatch,
-               settings: PPOSettings, permutation_generator: torch.Generator, comm: Comm) -> UpdateStats:
+               settings: PPOSettings, permutation_generator: torch.Generator, comm: Comm,
+               starts_on_host: Optional[Tensor] = None) -> PendingStats:
     """Run ``epochs`` passes of minibatch PPO over ``batch`` (``[T, B_total]`` sequences).
 
     Every rank calls this with the same combined batch and the same generator state,
-    so every rank takes identical steps. With ``target_kl``, the early stop and the
-    non-finite-loss stop are decided on cross-rank means after each epoch, so all ranks
-    stop together; without it the loop holds no collective (a non-finite loss ends it,
-    on every rank alike, and the trainer undoes the update).
+    so every rank takes identical steps. Nothing in the loop waits for the device: the
+    minibatches' episode boundaries come from ``starts_on_host`` (``batch.episode_starts``
+    on the CPU, copied once if not given), and the statistics and the finite flag
+    accumulate on the device (:class:`PendingStats`). A non-finite loss does not stop
+    the loop; the trainer undoes such an update. With ``target_kl``, the early stop is
+    decided on cross-rank means after each epoch (one collective per epoch, on every
+    rank alike), and a non-finite loss on any rank ends the epochs there.
     """
     num_envs = batch.num_envs
     if num_envs % settings.minibatches:
         raise ValueError(f"{settings.minibatches} minibatches do not divide the batch's {num_envs} env sequences")
     device = batch.obs.device
+    if starts_on_host is None:
+        starts_on_host = batch.episode_starts.cpu()
     gradients = FlatGradients(list(agent.parameters()))
     sums = torch.zeros(6, device=device)  # pg, v, entropy, kl, clipfrac, count
-    finite = True
+    finite = torch.ones((), dtype=torch.bool, device=device)  # every loss so far was finite
     epochs_run = 0
     for _ in range(settings.epochs):
-        order = torch.randperm(num_envs, generator=permutation_generator).to(device)
+        order = torch.randperm(num_envs, generator=permutation_generator)  # on the CPU, like the generator
+        order_on_device = order.to(device)
         epoch_kl = torch.zeros((), device=device)
-        for envs in order.view(settings.minibatches, -1):  # [M, B / M] env indices
+        minibatch = num_envs // settings.minibatches
+        for first in range(0, num_envs, minibatch):
+            envs = order_on_device[first:first + minibatch]  # [B / M] env indices
+            boundaries = sequence_boundaries(starts_on_host[:, order[first:first + minibatch]])
             mb = batch.select_envs(envs)
             with torch.autocast(device.type, dtype=torch.bfloat16) if settings.autocast else nullcontext():
-                logits, values, _ = agent(mb.obs, (mb.initial_h, mb.initial_c), mb.episode_starts)
+                logits, values, _ = agent(mb.obs, (mb.initial_h, mb.initial_c), mb.episode_starts, boundaries)
             logits, values = logits.float(), values.float()  # the loss in float32 (no-ops without autocast)
             all_log_probs = logits.log_softmax(-1)  # [T, B/M, A]
             new_log_probs = all_log_probs.gather(-1, mb.actions.long().unsqueeze(-1)).squeeze(-1)  # [T, B/M]
@@ -133,32 +169,27 @@ def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, ba
                 value_loss = 0.5 * ((values - mb.returns) ** 2).mean()
             loss = policy_loss - settings.ent_coef * entropy + settings.vf_coef * value_loss
 
-            if not torch.isfinite(loss):
-                finite = False
-                break
+            finite = finite & torch.isfinite(loss)
             gradients.zero_()
             loss.backward()
             gradients.clip_norm_(settings.max_grad_norm)
             optimizer.step()
-            sums += torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach(),
-                                 approx_kl, clip_fraction, torch.ones((), device=device)])
+            step_stats = torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach(),
+                                      approx_kl, clip_fraction, torch.ones((), device=device)])
+            sums += torch.where(finite, step_stats, torch.zeros_like(step_stats))
             epoch_kl = torch.maximum(epoch_kl, approx_kl)
         epochs_run += 1
         if settings.target_kl is None:
-            if not finite:
-                break  # no collective in this loop, so no rank waits; the trainer agrees on the skip
             continue
         # With a KL target, one collective per epoch on every rank, whatever happened
         # locally: the stop is decided on the cross-rank mean, and no rank can leave the
         # loop while another waits for it.
-        kl_mean, any_bad = comm.mean(torch.stack([epoch_kl, torch.tensor(float(not finite), device=device)]))
+        kl_mean, any_bad = comm.mean(torch.stack([epoch_kl, (~finite).float()])).tolist()
         if any_bad > 0:
-            finite = False
+            finite = torch.zeros_like(finite)
             break
-        if float(kl_mean) > settings.target_kl:
+        if kl_mean > settings.target_kl:
             break
 
-    count = max(float(sums[5]), 1.0)
-    pg, v, ent, kl, cf = (float(x) / count for x in sums[:5])
-    return UpdateStats(pg, v, ent, kl, cf, explained_variance(batch.values.flatten(), batch.returns.flatten()),
-                       epochs_run, finite)
+    ev = explained_variance(batch.values.flatten(), batch.returns.flatten())
+    return PendingStats(torch.cat([sums, ev.view(1), finite.float().view(1)]), epochs_run)

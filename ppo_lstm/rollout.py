@@ -3,6 +3,11 @@ from one rollout to the next, the action sampler and the rollout buffer.
 
 Shapes: T rollout steps per env, N envs on this worker, D obs size, A actions,
 H LSTM size.
+
+On a GPU a step makes one host -> device copy (:class:`~ppo_lstm.staging.StepStaging`:
+observations, episode starts and the previous step's rewards, from a pinned buffer)
+and one device -> host copy (the actions, with the policy's finite flag). Values,
+log-probs and rewards stay on the device. On the CPU the same code makes no copy.
 """
 from __future__ import annotations
 
@@ -21,6 +26,38 @@ from .config import TrainConfig
 from .errors import TrainingError
 from .logger import EPISODE_FIELDS, episode_records
 from .seeding import derive_seed, env_seeds
+from .staging import StepStaging
+
+
+NON_FINITE_ADVICE = ("lower --learning-rate-actor/--learning-rate-critic or --max-grad-norm, "
+                     "or check --data")
+
+
+def sample_actions(logits: Tensor, generator: torch.Generator, check_on_device: bool, update: int) -> tuple[Tensor,
+                                                                                                        np.ndarray]:
+    """Sample one action per env from ``logits`` ``[N, A]``: ``(actions on the device [N],
+    the same on the host [N])``; a :class:`TrainingError` if any logit is not finite.
+
+    On the CPU, ``torch.multinomial`` itself rejects inf/NaN probabilities, so the hot path
+    needs no extra check. On a GPU that check is a device-side assert that leaves the CUDA
+    context unusable, so there (``check_on_device``) finiteness is tested on the device, a
+    non-finite row samples from a harmless stand-in instead, and the flag comes back in the
+    same device -> host copy as the actions.
+    """
+    if not check_on_device:
+        try:
+            actions = torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+        except RuntimeError as err:
+            raise TrainingError(f"the policy gave non-finite outputs after update {update} ({err}); "
+                                f"{NON_FINITE_ADVICE}") from None
+        return actions, actions.numpy()
+    finite = torch.isfinite(logits).all()
+    safe = torch.where(finite, logits, torch.zeros_like(logits))
+    actions = torch.multinomial(safe.softmax(-1), 1, generator=generator).squeeze(-1)
+    host = torch.cat([actions, finite.long().view(1)]).cpu().numpy()  # the step's one device -> host copy
+    if not host[-1]:
+        raise TrainingError(f"the policy gave non-finite outputs after update {update}; {NON_FINITE_ADVICE}")
+    return actions, host[:-1]
 
 
 class RolloutCollector:
@@ -36,43 +73,53 @@ class RolloutCollector:
         self.sample_generator = torch.Generator(device).manual_seed(derive_seed(config.seed, rank, 11))
         self.env = VectorTradingEnv(config.num_envs, config.env, data=data, span=span)
         self.buffer = RolloutBuffer(steps, config.num_envs, config.env.obs_dim, config.lstm_size, device)
+        self.staging = StepStaging(config.num_envs, config.env.obs_dim, device)
+        self.check_on_device = device.type != "cpu"
         self.obs: np.ndarray = self.env.reset(seed=env_seeds(config.seed, rank, config.num_envs))[0]  # [N, D]
         self.episode_start = np.ones(config.num_envs, dtype=bool)  # [N]
         self.lstm_state: LSTMState = agent.initial_state(config.num_envs, device)  # ([1, N, H], [1, N, H])
 
     def restart(self, generation: int) -> None:
-        """New episodes in every env, from seeds of ``generation`` (a resume that changed the layout)."""
+        """New episodes in every env, from seeds of ``generation``, and a zero LSTM state (a
+        resume that changed the layout, or whose saved rollout state could not be restored)."""
         self.obs = self.env.reset(seed=env_seeds(self.config.seed, self.rank, self.num_envs, generation))[0]
+        self.episode_start = np.ones(self.num_envs, dtype=bool)
+        self.lstm_state = self.agent.initial_state(self.num_envs, self.device)
+
+    def reseed_sampler(self, generation: int) -> None:
+        """A fresh action-sampler stream for ``generation`` (a resume on another device type,
+        whose saved generator state this device cannot take)."""
+        self.sample_generator = torch.Generator(self.device).manual_seed(
+            derive_seed(self.config.seed, self.rank, 11, generation))
 
     def collect(self, update: int) -> np.ndarray:
         """Step the envs T times, filling the buffer. Returns the records ``[k, 6]``
         (:data:`EPISODE_FIELDS`) of every episode that finished, in step then env order.
 
         A time-limit truncation is bootstrapped by adding gamma * V(final obs) to that
-        step's reward (the final obs is valued with the episode's own LSTM state).
+        step's reward (the final obs is valued with the episode's own LSTM state). Step
+        t's reward reaches the device with step t+1's inputs (the last one in :meth:`finish`).
         """
         records = []
+        stage = self.staging
         self.buffer.initial_h.copy_(self.lstm_state[0])
         self.buffer.initial_c.copy_(self.lstm_state[1])
+        stage.put_inputs(self.obs, self.episode_start)
         for t in range(self.steps):
-            obs = torch.as_tensor(self.obs, device=self.device)  # [N, D]
-            starts = torch.as_tensor(self.episode_start, device=self.device, dtype=torch.float32)  # [N]
+            stage.upload()
             with torch.no_grad():
+                if t > 0:
+                    self._store_rewards(t - 1)
+                obs, starts = stage.obs, stage.starts  # [N, D], [N]
                 logits, values, self.lstm_state = self.agent.step(obs, self.lstm_state, starts)  # [N, A], [N]
-                try:  # multinomial itself rejects inf/nan probabilities: no extra check on the hot path
-                    actions = torch.multinomial(logits.softmax(-1), 1, generator=self.sample_generator).squeeze(-1)
-                except RuntimeError as err:
-                    raise TrainingError(f"the policy gave non-finite outputs after update {update} ({err}); "
-                                        f"lower --learning-rate-actor/--learning-rate-critic or --max-grad-norm, "
-                                        f"or check --data") from None
+                actions, host_actions = sample_actions(logits, self.sample_generator, self.check_on_device, update)
                 log_probs = logits.log_softmax(-1).gather(-1, actions[:, None])[:, 0]  # [N]
-            self.obs, rewards, terminated, truncated, info = self.env.step(actions.cpu().numpy())
-            rewards_t = torch.as_tensor(rewards, dtype=torch.float32, device=self.device)
+                self.buffer.add(t, obs, starts, actions.float(), log_probs, values)
+            self.obs, rewards, terminated, truncated, info = self.env.step(host_actions)
             cut = truncated & ~terminated
-            if cut.any():
-                rewards_t += self.config.gamma * self._final_values(info["final_obs"], cut)
-            self.buffer.add(t, obs, starts, actions.float(), log_probs, values, rewards_t)
             self.episode_start = terminated | truncated
+            stage.put_outcome(rewards, cut, info["final_obs"] if cut.any() else None)
+            stage.put_inputs(self.obs, self.episode_start)
             if "_episode" in info:
                 records.append(episode_records(info["episode"], np.flatnonzero(info["_episode"])))
         return np.concatenate(records) if records else np.zeros((0, len(EPISODE_FIELDS)))
@@ -80,28 +127,36 @@ class RolloutCollector:
     def finish(self) -> RolloutBatch:
         """The rollout as a batch ``[T, N]`` with GAE advantages, bootstrapped from the value
         of the observation after it."""
-        obs = torch.as_tensor(self.obs, device=self.device)
-        starts = torch.as_tensor(self.episode_start, device=self.device, dtype=torch.float32)
+        self.staging.upload()
         with torch.no_grad():
-            _, values, _ = self.agent(obs[None], self.lstm_state, starts[None])
-        return self.buffer.finish(values[0], starts, self.config.gamma, self.config.gae_lambda)
+            self._store_rewards(self.steps - 1)
+            _, values, _ = self.agent(self.staging.obs[None], self.lstm_state, self.staging.starts[None])
+        return self.buffer.finish(values[0], self.staging.starts, self.config.gamma, self.config.gae_lambda)
 
-    def _final_values(self, final_obs: np.ndarray, cut: np.ndarray) -> Tensor:
-        """``[N]`` values of the final observations ``[N, D]`` where ``cut`` ``[N]``, 0 elsewhere."""
-        index = torch.as_tensor(np.flatnonzero(cut), device=self.device)
-        obs = torch.as_tensor(final_obs[cut], device=self.device, dtype=torch.float32)
+    def _store_rewards(self, t: int) -> None:
+        """Step ``t``'s rewards from the staging buffer into the rollout buffer, plus
+        gamma * V(final obs) where the time limit cut an episode (valued with the LSTM
+        state after step ``t``, which :attr:`lstm_state` still holds)."""
+        rewards = self.buffer.rewards[t]
+        rewards.copy_(self.staging.rewards)
+        if self.staging.cut_count:
+            rewards += self.config.gamma * self._final_values(*self.staging.cut())
+
+    def _final_values(self, index: Tensor, final_obs: Tensor) -> Tensor:
+        """``[N]`` values of the final observations ``[k, D]`` of envs ``index`` ``[k]``, 0 elsewhere."""
         h, c = self.lstm_state
-        with torch.no_grad():
-            _, values, _ = self.agent(obs[None], (h[:, index], c[:, index]), torch.zeros(1, len(index),
-                                                                                         device=self.device))
+        _, values, _ = self.agent(final_obs[None], (h[:, index], c[:, index]),
+                                  torch.zeros(1, len(index), device=self.device))
         out = torch.zeros(self.num_envs, device=self.device)
         out[index] = values[0]
         return out
 
     def state(self) -> dict[str, Any]:
-        """The sampler, env, observation, episode-start and LSTM state (numpy arrays and CPU tensors)."""
+        """The sampler (with the device type whose layout its state has), env, observation,
+        episode-start and LSTM state (numpy arrays and CPU tensors)."""
         return {
             "sample_generator": self.sample_generator.get_state().cpu(),
+            "sampler_device": self.device.type,
             "env": self.env.get_state(),
             "obs": self.obs.copy(),
             "episode_start": self.episode_start.copy(),
@@ -109,10 +164,30 @@ class RolloutCollector:
             "lstm_c": self.lstm_state[1].detach().cpu().clone(),
         }
 
-    def load_state(self, state: dict[str, Any]) -> None:
-        """Inverse of :meth:`state`."""
-        self.sample_generator.set_state(state["sample_generator"].to("cpu"))
+    def load_state(self, state: dict[str, Any], generation: int) -> Optional[str]:
+        """Inverse of :meth:`state`. A sampler state written on another device type (a CPU
+        generator's state is 5,056 bytes, a CUDA one's 16) cannot be taken: the sampler is
+        then re-seeded for ``generation`` and the note to print is returned (else None).
+        Raises on a state that does not fit at all (the caller restarts the envs)."""
+        saved_device = state.get("sampler_device")  # checkpoints written before it was recorded carry none
+        note = None
+        if saved_device not in (None, self.device.type):
+            note = (f"the action sampler's state was written on {saved_device} and this run is on "
+                    f"{self.device.type}: the sampler was re-seeded (from --seed, the rank and update {generation})")
+        else:
+            probe = torch.Generator(self.device)
+            probe.set_state(state["sample_generator"].to("cpu"))  # raises on a foreign layout, before any change
+        obs, starts = np.asarray(state["obs"]), np.asarray(state["episode_start"])
+        h, c = state["lstm_h"].to(self.device), state["lstm_c"].to(self.device)
+        expected = (self.num_envs, self.config.env.obs_dim)
+        if obs.shape != expected or starts.shape != (self.num_envs,) or h.shape != self.lstm_state[0].shape \
+                or c.shape != self.lstm_state[1].shape:
+            raise ValueError(f"saved rollout shapes obs {obs.shape}, LSTM {tuple(h.shape)} do not fit "
+                             f"obs {expected}, LSTM {tuple(self.lstm_state[0].shape)}")
         self.env.set_state(state["env"])
-        self.obs = state["obs"]
-        self.episode_start = state["episode_start"]
-        self.lstm_state = (state["lstm_h"].to(self.device), state["lstm_c"].to(self.device))
+        if note is None:
+            self.sample_generator = probe
+        else:
+            self.reseed_sampler(generation)
+        self.obs, self.episode_start, self.lstm_state = obs, starts, (h, c)
+        return note

@@ -16,7 +16,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from .checkpoint import from_safe, to_safe
+from .checkpoint import from_safe, on_cpu, to_safe
 from .config import TrainConfig
 from .distributed import episode_share, remaining_episode_shares
 from .logger import EpisodeTotals
@@ -101,11 +101,12 @@ class RunState:
     def checkpoint(self, config: TrainConfig, world_size: int, agent: torch.nn.Module,
                    optimizer: torch.optim.Optimizer, permutation_generator: torch.Generator,
                    ranks: list[dict[str, Any]], score: float) -> dict[str, Any]:
-        """The checkpoint dict: weights, optimizer, config, counters and every rank's state."""
-        return {
+        """The checkpoint dict: weights, optimizer, config, counters and every rank's state,
+        every tensor on the CPU."""
+        return on_cpu({
             "format": CHECKPOINT_FORMAT,
             "run_id": self.run_id,
-            "model": {k: v.detach().cpu() for k, v in agent.state_dict().items()},
+            "model": agent.state_dict(),
             "optimizer": optimizer.state_dict(),
             "config": config.to_dict(),
             "world_size": world_size,
@@ -118,7 +119,7 @@ class RunState:
                 "best_score": self.best_score, "score": score, "best_holdout": self.best_holdout,
             },
             "ranks": ranks,
-        }
+        })
 
     def restore(self, state: dict[str, Any], config: TrainConfig, rank: int, world_size: int) -> Optional[str]:
         """Take the counters of checkpoint ``state``, and this rank's quota.
@@ -169,11 +170,16 @@ def capture_rank_state(rank_episodes: int, rollout: RolloutCollector) -> dict[st
     })
 
 
-def restore_rank_state(saved: dict[str, Any], rollout: RolloutCollector) -> None:
-    """Inverse of :func:`capture_rank_state` (the count is restored by :meth:`RunState.restore`)."""
+def restore_rank_state(saved: dict[str, Any], rollout: RolloutCollector, generation: int) -> Optional[str]:
+    """Inverse of :func:`capture_rank_state` (the count is restored by :meth:`RunState.restore`).
+
+    Returns the note of :meth:`RolloutCollector.load_state` (a sampler re-seeded for
+    ``generation`` because the state was written on another device type), else None.
+    Raises when the state cannot be restored; the caller then restarts this rank's envs."""
     saved = from_safe(saved)
+    note = rollout.load_state(saved, generation)
     torch.set_rng_state(saved["torch_rng"])
     np.random.set_state(saved["numpy_rng"])
     version, internal, gauss = saved["python_rng"]
     random.setstate((version, tuple(internal), gauss))  # setstate wants tuples all the way down
-    rollout.load_state(saved)
+    return note

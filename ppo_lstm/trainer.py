@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -30,9 +31,11 @@ from .buffer import RolloutBatch
 from .checkpoint import BEST_NAME, CheckpointDir
 from .config import TrainConfig, describe_batch, learning_rates, steps_per_env, update_batch
 from .distributed import Worker, episode_share, parameters_in_sync, trades_history
-from .errors import TrainingError, UsageError
+from .distributed.cuda import require_bf16
+from .errors import TrainingError, UsageError, one_line
 from .holdout import DataSplit, Holdout, holdout_columns, holdout_line, load_training_data
 from .logger import EpisodeTotals, NullLogger, RunLogger, format_episode_line
+from .agent import sequence_boundaries
 from .ppo import PPOSettings, UpdateStats, ppo_update
 from .rollout import RolloutCollector
 from .run_state import RunState, capture_rank_state, restore_rank_state
@@ -58,12 +61,13 @@ class Trainer:
         self.settings = PPOSettings(config.clip, config.epochs, config.minibatches, config.ent_coef, config.vf_coef,
                                     config.max_grad_norm, config.clip_vloss, config.norm_adv, config.target_kl,
                                     config.autocast == "bf16")
-        if config.autocast == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
-            raise UsageError(f"--autocast bf16: {torch.cuda.get_device_name(self.device)} has no bfloat16 support; "
-                             f"leave --autocast off")
+        if config.autocast == "bf16":
+            require_bf16(self.device)
         self.total_updates_estimate = max(1, math.ceil(config.episodes * config.env.episode_length
                                                        / update_batch(config, self.world_size)))
         self.bad_updates = 0
+        self.last_update_bad = False  # this rank judged its last update non-finite (told at the next exchange)
+        self.undo: Optional[tuple[list[Tensor], dict]] = None  # the weights before an update not yet agreed on
         self.clock = PhaseClock()
 
         torch.manual_seed(config.seed)  # identical initial weights on every rank
@@ -110,11 +114,30 @@ class Trainer:
         self.permutation_generator.set_state(state["permutation_generator"])
         warning = self.state.restore(state, self.config, self.rank, self.world_size)
         if warning is None:
-            restore_rank_state(state["ranks"][self.rank], self.rollout)
+            warning = self._restore_rank(state["ranks"][self.rank])
         else:
             self.rollout.restart(generation=self.state.update)
+        if warning is not None and self.rank == 0:
             self.notes.append(warning)
         self.resumed_from = path
+
+    def _restore_rank(self, saved: dict[str, Any]) -> Optional[str]:
+        """This rank's RNGs and rollout state; None, or the warning to print. A state that
+        cannot be restored, for whatever reason, restarts this rank's envs and sampler
+        (a warning, never a traceback); one written on another device type keeps the envs
+        and re-seeds only the sampler."""
+        generation = self.state.update
+        try:
+            note = restore_rank_state(saved, self.rollout, generation)
+        except Exception as err:  # noqa: BLE001 - any unreadable rank state: start this rank's streams afresh
+            self.rollout.restart(generation)
+            self.rollout.reseed_sampler(generation)
+            warning = (f"warning: rank {self.rank}'s saved rollout state could not be restored ({one_line(err)}): "
+                       f"its environments and action sampler restarted; weights, optimizer and counters restored")
+            if self.rank != 0:  # rank 0's notes reach the console and the log; the others speak for themselves
+                print(warning, file=sys.stderr, flush=True)
+            return warning
+        return None if note is None else f"warning: {note}; weights, optimizer, counters and environments restored"
 
     # ------------------------------------------------------------------ the loop
 
@@ -137,8 +160,11 @@ class Trainer:
                     local = self.rollout.finish()  # [T, N]
                 with clock("gather"):  # the iteration's one collective
                     batch, agreed = exchange(self.comm, local, records, s.rank_done, self.stop.signum or 0,
-                                             seconds or time.perf_counter() - tic, capacity)  # [T, N*W]
+                                             seconds or time.perf_counter() - tic, capacity,
+                                             self.last_update_bad)  # [T, N*W]
                 with clock("update"):
+                    if self.world_size > 1:
+                        self._agree_on_previous_update(agreed.bad_update_ranks)
                     stats, skipped = self._update(batch)
                 seconds = time.perf_counter() - tic
                 finished = agreed.finished
@@ -205,36 +231,67 @@ class Trainer:
         self.rollout.env.scale_costs(min(1.0, self.state.global_episodes / (c.cost_warmup * c.episodes)))
 
     def _update(self, batch: RolloutBatch) -> tuple[UpdateStats, bool]:
-        """One PPO update on the combined ``batch`` ``[T, N*W]``; a non-finite one is undone
-        (weights and optimizer) and counted.
+        """One PPO update on the combined ``batch`` ``[T, N*W]``; one that gives non-finite
+        losses, weights or outputs is undone here at once (weights and optimizer).
 
-        The verdict needs no collective: every rank ran the same update on the same batch
-        and checks the new weights on that same batch, so every rank reaches the same one."""
+        The statistics and this verdict reach the host in one copy. On one worker the
+        verdict is final: it is counted at once. On several, ranks that are not bitwise
+        equal (GPU kernels) could judge differently, so the verdict travels with the next
+        exchange and :meth:`_agree_on_previous_update` makes every rank act on it alike."""
         c = self.config
         if c.anneal_lr:
             frac = max(0.0, 1.0 - self.state.update / self.total_updates_estimate)
             for group, lr in zip(self.optimizer.param_groups, self.learning_rates):
                 group["lr"] = frac * lr
         snapshot = _snapshot(self.agent, self.optimizer)
-        stats = ppo_update(self.agent, self.optimizer, batch, self.settings, self.permutation_generator, self.comm)
-        params_ok = all(bool(torch.isfinite(p).all()) for p in self.agent.parameters())
-        if params_ok:  # huge but finite weights can still give inf/nan outputs (and crash the next rollout)
-            with torch.no_grad():
-                logits, values, _ = self.agent(batch.obs, (batch.initial_h, batch.initial_c), batch.episode_starts)
-            params_ok = bool(torch.isfinite(logits).all()) and bool(torch.isfinite(values).all())
-        ok = stats.finite and params_ok
+        starts_on_host = batch.episode_starts.cpu()  # [T, N*W]: the update's one device -> host copy before the end
+        pending = ppo_update(self.agent, self.optimizer, batch, self.settings, self.permutation_generator, self.comm,
+                             starts_on_host)
+        with torch.no_grad():  # huge but finite weights can still give inf/nan outputs (and crash the next rollout)
+            params = torch.cat([p.detach().reshape(-1) for p in self.agent.parameters()])
+            logits, values, _ = self.agent(batch.obs, (batch.initial_h, batch.initial_c), batch.episode_starts,
+                                           sequence_boundaries(starts_on_host))
+            outputs_ok = torch.isfinite(params).all() & torch.isfinite(logits).all() & torch.isfinite(values).all()
+        row = torch.cat([pending.row, outputs_ok.float().view(1)]).tolist()  # stats and verdict in one copy
+        stats = UpdateStats.from_row(row[:-1], pending.epochs_run)
+        ok = stats.finite and bool(row[-1])
         self.state.update += 1
+        self.undo = None
+        self.last_update_bad = not ok
         if ok:
-            self.bad_updates = 0
+            if self.world_size == 1:
+                self.bad_updates = 0
+            else:
+                self.undo = snapshot  # kept until every rank has agreed on this update
             return stats, False
         _restore_snapshot(self.agent, self.optimizer, snapshot)
+        if self.world_size == 1:
+            self._count_bad_update(self.state.update, "")
+        return stats, True
+
+    def _agree_on_previous_update(self, bad_ranks: list[int]) -> None:
+        """Act alike on every rank on the verdicts about the previous update that the exchange
+        brought: if any rank found it non-finite, the ranks that kept it undo it too, and
+        every rank counts it (several in a row end the job on every rank)."""
+        if not bad_ranks:
+            self.bad_updates = 0
+        else:
+            if self.undo is not None:
+                _restore_snapshot(self.agent, self.optimizer, self.undo)
+            self._count_bad_update(self.state.update, f" on rank{'s' if len(bad_ranks) > 1 else ''} "
+                                                      f"{', '.join(map(str, bad_ranks))}")
+        self.undo = None
+        self.last_update_bad = False
+
+    def _count_bad_update(self, update: int, where: str) -> None:
+        """Warn about non-finite update ``update`` (found ``where``), undone on every rank; end training after
+        :data:`MAX_BAD_UPDATES` in a row."""
         self.bad_updates += 1
-        self.log.line(f"warning: update {self.state.update} gave non-finite losses or parameters; skipped "
+        self.log.line(f"warning: update {update} gave non-finite losses or parameters{where}; skipped "
                       f"({self.bad_updates} in a row)", to_log=True)
         if self.bad_updates >= MAX_BAD_UPDATES:
             raise TrainingError(f"{MAX_BAD_UPDATES} updates in a row were non-finite; lower "
                                 f"--learning-rate-actor/--learning-rate-critic or --max-grad-norm, or check --data")
-        return stats, True
 
     def _log_episodes(self, records: list[list[float]]) -> EpisodeTotals:
         """Count every rank's episodes of this update; print the episode lines due (each

@@ -63,14 +63,14 @@ def test_one_rank_gets_its_own_batch_and_records_back_exactly():
     combined, agreed = exchange(LocalComm(), batch, mine, True, 0, 0.5, CAPACITY)
     assert_batches_equal(combined, batch)
     assert agreed.records == mine.tolist()  # float64 through a byte view: not rounded to float32
-    assert agreed.finished and agreed.signum == 0
+    assert agreed.finished and agreed.signum == 0 and agreed.bad_update_ranks == []
     assert agreed.rank_sps == [CAPACITY / 0.5]
 
 
 def test_two_ranks_side_by_side_in_rank_order():
     ours, theirs = make_batch(1), make_batch(2)
     capture = Capture()
-    exchange(capture, theirs, records(1, 7.0), False, 15, 0.25, CAPACITY)  # rank 1's payload
+    exchange(capture, theirs, records(1, 7.0), False, 15, 0.25, CAPACITY, bad_update=True)  # rank 1's payload
     combined, agreed = exchange(TwoRanks(capture.payload), ours, records(3, 0.0), True, 0, 0.5, CAPACITY)
     for name in ours.__dataclass_fields__:  # [T, 2N] (or [1, 2N, H]): rank 0's envs, then rank 1's
         expected = torch.cat([getattr(ours, name), getattr(theirs, name)], dim=1)
@@ -79,6 +79,7 @@ def test_two_ranks_side_by_side_in_rank_order():
     assert not agreed.finished  # rank 1 has not finished its share
     assert agreed.signum == 15  # the signal one rank received stops every rank
     assert agreed.rank_sps == [CAPACITY / 0.5, CAPACITY / 0.25]
+    assert agreed.bad_update_ranks == [1]  # rank 1 judged its previous update non-finite: every rank learns it
 
 
 def test_no_records_and_a_full_rollout_of_them():

@@ -31,8 +31,8 @@ def test_buffer_shapes_and_finish():
     T, N, D, H = 4, 3, 5, 7
     buf = RolloutBuffer(T, N, D, H, torch.device("cpu"))
     for t in range(T):
-        buf.add(t, torch.full((N, D), float(t)), torch.zeros(N), torch.ones(N), torch.zeros(N),
-                torch.zeros(N), torch.ones(N))
+        buf.add(t, torch.full((N, D), float(t)), torch.zeros(N), torch.ones(N), torch.zeros(N), torch.zeros(N))
+        buf.rewards[t] = torch.ones(N)
     batch = buf.finish(torch.zeros(N), torch.zeros(N), 0.99, 0.95)
     assert batch.obs.shape == (T, N, D)
     for name in ("actions", "log_probs", "values", "rewards", "episode_starts", "advantages", "returns"):

@@ -67,7 +67,7 @@ def test_ppo_update_is_bitwise_the_per_parameter_update(monkeypatch, max_grad_no
     def two_updates(agent):
         optimizer = build_optimizer(config, agent)
         generator = torch.Generator().manual_seed(3)
-        stats = [ppo_update(agent, optimizer, batch, settings, generator, LocalComm()) for _ in range(2)]
+        stats = [ppo_update(agent, optimizer, batch, settings, generator, LocalComm()).fetch() for _ in range(2)]
         return agent.state_dict(), optimizer.state_dict(), stats
 
     flat = two_updates(copy.deepcopy(agent))
@@ -101,7 +101,7 @@ def test_bf16_autocast_update_keeps_float32_weights_and_stays_near_the_rollout_p
         settings = PPOSettings(config.clip, 1, 1, config.ent_coef, config.vf_coef, config.max_grad_norm,
                                config.clip_vloss, config.norm_adv, None, autocast)  # one step on the whole batch
         optimizer = build_optimizer(config, twin)
-        stats = ppo_update(twin, optimizer, batch, settings, torch.Generator().manual_seed(0), LocalComm())
+        stats = ppo_update(twin, optimizer, batch, settings, torch.Generator().manual_seed(0), LocalComm()).fetch()
         return stats, twin, optimizer
 
     fp32, _, _ = first_step_kl(False)

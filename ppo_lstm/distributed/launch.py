@@ -28,6 +28,7 @@ import torch.multiprocessing as mp
 from ..config import DEFAULT_MASTER_PORT, TrainConfig
 from ..errors import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, UsageError
 from .comm import Comm, CommError, LocalComm, TorchComm, one_line
+from .cuda import configure_numerics, gpu_index_for
 from .devices import (announce_workers, announces_for_job, describe_workers, launched_by_torchrun,
                       threads_per_worker, world_size_for)
 from .failure import FailureAlarm, WorkerFailed, end_process, tell_ranks, with_fault_hook
@@ -93,13 +94,12 @@ def launch(config: TrainConfig, device: str, worker_fn: WorkerFn) -> int:
     if not config.distributed:
         torch.set_num_threads(threads_per_worker(config))
         print(describe_workers(1, device, "", torch.get_num_threads()), flush=True)
-        worker = Worker(LocalComm(), 0, torch.device("cuda:0" if device == "cuda" else "cpu"))
+        worker = Worker(LocalComm(), 0, _worker_device(config, device, 0))
         try:
             return worker_fn(config, worker)
         except WorkerFailed as err:
             print(f"error: {err}", file=sys.stderr)
             return 1
-    os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # a failed NCCL collective raises, as under torchrun
     store, port = _host_store(config)  # the launcher hosts the rendezvous store: it outlives every worker
     os.environ["MASTER_ADDR"] = config.master_addr
     os.environ["MASTER_PORT"] = str(port)
@@ -228,12 +228,10 @@ def _run_worker(config: TrainConfig, device: str, worker_fn: WorkerFn, local_ran
     stuck in a collective that would never complete.
     """
     torch.set_num_threads(threads_per_worker(config))
-    if device == "cuda":
-        torch.cuda.set_device(local_rank)
-        torch_device = torch.device("cuda", local_rank)
-    else:
-        torch_device = torch.device("cpu")
+    torch_device = _worker_device(config, device, local_rank)
     backend = config.backend or ("nccl" if device == "cuda" else "gloo")
+    if backend == "nccl":  # a failed or timed-out collective raises in this thread (CommError), not in a watchdog
+        os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if rank == 0:
         print(describe_workers(world_size, device, backend, torch.get_num_threads()), flush=True)
@@ -269,6 +267,18 @@ def _run_worker(config: TrainConfig, device: str, worker_fn: WorkerFn, local_ran
         watch.disarm()
     dist.destroy_process_group()
     return code
+
+
+def _worker_device(config: TrainConfig, device: str, local_rank: int) -> torch.device:
+    """This worker's torch device: the CPU, or its GPU (:func:`~.cuda.gpu_index_for`) made
+    current, with the project's numerics (:func:`~.cuda.configure_numerics`) set before
+    its first kernel. Raises UsageError when this process sees too few GPUs."""
+    if device != "cuda":
+        return torch.device("cpu")
+    index = gpu_index_for(local_rank, torch.cuda.device_count())
+    configure_numerics(config.deterministic)
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
 
 
 def _start_method(device: str) -> str:
