@@ -137,7 +137,8 @@ def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, ba
     epochs_run = 0
     for _ in range(settings.epochs):
         order = torch.randperm(num_envs, generator=permutation_generator)  # on the CPU, like the generator
-        order_on_device = order.to(device)
+        # a copy from pageable memory would wait for the GPU: from pinned memory it does not
+        order_on_device = order.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else order
         epoch_kl = torch.zeros((), device=device)
         minibatch = num_envs // settings.minibatches
         for first in range(0, num_envs, minibatch):

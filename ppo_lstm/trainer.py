@@ -32,7 +32,7 @@ from .checkpoint import BEST_NAME, CheckpointDir
 from .config import TrainConfig, describe_batch, learning_rates, steps_per_env, update_batch
 from .distributed import Worker, episode_share, parameters_in_sync, trades_history
 from .distributed.cuda import require_bf16
-from .errors import TrainingError, UsageError, one_line
+from .errors import TrainingError, one_line
 from .holdout import DataSplit, Holdout, holdout_columns, holdout_line, load_training_data
 from .logger import EpisodeTotals, NullLogger, RunLogger, format_episode_line
 from .agent import sequence_boundaries

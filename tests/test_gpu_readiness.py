@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import TINY, ROOT, cli_in_process, env_for_child, run_cli
+from conftest import ROOT, TINY, assert_models_equal, cli_in_process, env_for_child, run_cli
 from ppo_lstm.build import build_agent
 from ppo_lstm.checkpoint import CheckpointDir, atomic_save, load_checkpoint
 from ppo_lstm.config import TrainConfig
@@ -276,3 +276,44 @@ def test_checkpoints_hold_only_cpu_tensors(finished_run):
     assert out.returncode == 0, out.stderr
     count, devices = out.stdout.split(" ", 1)
     assert int(count) > 20 and devices.strip() == "['cpu']"
+
+
+VERDICT_SCRIPT = """
+import sys
+from ppo_lstm import trainer
+from ppo_lstm.config import config_from_args
+from ppo_lstm.distributed import launch
+from ppo_lstm.worker import train_worker
+
+original = trainer.Trainer._update
+
+def update(self, batch):
+    if self.rank == 1 and self.state.update == 2:  # rank 1 alone sees update 3 go non-finite
+        batch = batch.map(lambda name, tensor: tensor.clone())
+        batch.advantages[0, 0] = float("nan")
+    return original(self, batch)
+
+trainer.Trainer._update = update
+config = config_from_args(sys.argv[1:])
+sys.exit(launch(config, "cpu", train_worker))
+"""
+
+
+def test_a_non_finite_verdict_of_one_rank_is_acted_on_by_every_rank(tmp_path):
+    """Two real gloo workers; only rank 1 finds update 3 non-finite (a NaN in its copy of the
+    batch). The next exchange tells rank 0, which undoes it too: both ranks end bitwise
+    equal without a sync check, and the warning names rank 1."""
+    (tmp_path / "verdict.py").write_text(VERDICT_SCRIPT)
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    result = run_cli(tmp_path, *TINY, "--distributed", "--num-workers", "2", "--episodes", "16",
+                     "--sync-check-interval", "1000", "--checkpoint-interval", "1000",
+                     launcher=[sys.executable, "verdict.py"], env={"PPO_LSTM_DUMP_FINAL_DIR": str(dump)})
+    assert result.returncode == 0, result.output
+    assert "warning: update 3 gave non-finite losses or parameters on rank 1; skipped (1 in a row)" in result.stdout
+    assert result.output.count("non-finite") == 1 and "diverged" not in result.output
+    rank0, rank1 = (torch.load(dump / f"rank{r}_final.pt", weights_only=True) for r in (0, 1))
+    assert_models_equal(rank0["model"], rank1["model"])
+    for key, state in rank0["optimizer"]["state"].items():
+        for name, value in state.items():
+            assert torch.equal(value, rank1["optimizer"]["state"][key][name]), (key, name)

@@ -85,8 +85,8 @@ class LocalComm:
 def spin_budget(backend: str) -> float:
     """Seconds a collective's caller may busy-wait (:data:`SPIN_SECONDS`): only under gloo,
     and only when this machine's workers (``LOCAL_WORLD_SIZE``) times their torch threads
-    fit its cores, so a waiting rank never takes a core another rank needs. NCCL
-    collectives return at once (the GPU stream waits), so there is nothing to spin on."""
+    fit its cores, so a waiting rank never takes a core another rank needs. Under NCCL
+    the wait is NCCL's own (blocking wait), so there is nothing to spin on."""
     if backend != "gloo":
         return 0.0
     local_workers = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
@@ -104,8 +104,12 @@ class TorchComm:
 
     Tensors from any device go in: each is copied to :attr:`device`, where the backend
     needs it (:func:`wire_device`), and the result comes back on the tensor's own device.
-    That matters under NCCL, where the parameters are on the GPU but Adam keeps its
-    ``step`` counts on the CPU.
+    Under gloo, GPU tensors travel through the CPU; under NCCL, CPU tensors (the agreement
+    row of the exchange, a non-fused optimizer's ``step`` counts) travel through the GPU.
+
+    Under NCCL the worker sets ``TORCH_NCCL_BLOCKING_WAIT=1`` before the process group
+    starts (launch.py), so a collective that fails or outlives ``--dist-timeout`` raises
+    in the calling thread, where it becomes a :class:`CommError`.
 
     ``device`` is the worker's device (default: the current CUDA device under NCCL).
     ``collectives`` is :mod:`torch.distributed`; a test may pass a stand-in offering the
@@ -122,7 +126,7 @@ class TorchComm:
         if device is None:
             device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
         self.device = wire_device(backend, device)
-        # Only gloo callers wait on the CPU; NCCL calls return at once (the GPU stream waits).
+        # Only gloo callers spin; NCCL's blocking wait does its own waiting.
         if spin_seconds is None:
             spin_seconds = spin_budget(backend)
         self.spin_seconds = spin_seconds if backend == "gloo" else 0.0
@@ -195,7 +199,7 @@ def parameters_in_sync(comm: Comm, module: nn.Module, optimizer: Optional[torch.
     if bool((rows == rows[0]).all()):
         return True
     tensors = [p.data for p in module.parameters()]
-    if optimizer is not None:  # Adam's step counts live on the CPU, its moments with the parameters
+    if optimizer is not None:  # moments and step counts (on the parameters' device with fused Adam)
         tensors += [v for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)]
     for tensor in tensors:
         comm.broadcast_(tensor, src=0)
