@@ -57,7 +57,8 @@ class ParsedArgs:
 
     ``namespace`` holds every setting (the command line's, else the file's, else the
     default; not the two options of this module), ``given`` the dests that the command
-    line or the file set, and ``overridden`` those both set (the command line won).
+    line or the file set, and ``overridden`` those the command line set to another value
+    than the file's (in the file's order).
     """
 
     namespace: argparse.Namespace
@@ -111,7 +112,8 @@ def parse_args(parser: argparse.ArgumentParser, argv: Optional[list[str]] = None
     values.pop(CONFIG_DEST, None)
     from_command_line -= {CONFIG_DEST, PRINT_DEST}
     from_file = set(file.values) if file is not None else set()
-    overridden = tuple(dest for dest in (file.values if file is not None else ()) if dest in from_command_line)
+    overridden = tuple(dest for dest, value in (file.values.items() if file is not None else ())
+                       if dest in from_command_line and values[dest] != value)
     return ParsedArgs(argparse.Namespace(**values), file, frozenset(from_command_line | from_file), overridden,
                       print_config)
 
@@ -310,7 +312,9 @@ def _shown(value: Any) -> str:
 
 
 def show(value: Any) -> str:
-    """A setting's value as the start-up lines print it (``none`` for None)."""
+    """A setting's value as the start-up lines print it (``none`` for None, ``true``/``false``)."""
+    if isinstance(value, bool):
+        return str(value).lower()
     return "none" if value is None else str(value)
 
 

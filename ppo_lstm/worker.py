@@ -32,9 +32,10 @@ def train_worker(config: TrainConfig, worker: Worker, given: frozenset[str] = fr
 
     Set-up problems on any rank are agreed on collectively (two fixed collectives,
     whatever fails where), so a bad input on one rank stops every rank with exit 2
-    instead of leaving the others waiting in a collective. A failure after that (a full disk, repeated non-finite updates)
-    raises :class:`WorkerFailed` after this rank's clean-up; the launch code reports
-    it and ends the job, as it does for any other exception.
+    instead of leaving the others waiting in a collective. A failure after that (a full
+    disk, repeated non-finite updates) raises :class:`WorkerFailed` after this rank's
+    clean-up; the launch code reports it and ends the job, as it does for any other
+    exception.
     """
     comm = worker.comm
     stop = StopRequest()

@@ -95,11 +95,11 @@ def test_values_are_typed_as_the_flags_type_them(tmp_path):
 
 def test_command_line_overrides_the_file_and_the_note_says_which(tmp_path):
     path = write(tmp_path / "run.yaml", RUN_YAML)
-    command = parse_command_line(["--config", path, "--seed", "9", "--window", "8", "--gamma", "0.9"])
+    command = parse_command_line(["--config", path, "--progress", "--seed", "9", "--window", "8", "--gamma", "0.9"])
     assert (command.config.seed, command.config.gamma, command.config.num_envs) == (9, 0.9, 2)
-    assert command.note == (f"Config file {path}: 13 settings; the command line overrode --window 8 -> 8, "
-                            f"--seed 3 -> 9")  # in the file's order
-    assert {"seed", "gamma", "num_envs"} <= command.given
+    assert command.note == (f"Config file {path}: 13 settings; the command line overrode --seed 3 -> 9, "
+                            f"--progress false -> true")  # in the file's order; --window 8 is the file's value
+    assert {"seed", "gamma", "num_envs", "env.window"} <= command.given
     assert parse_command_line(["--config", path]).note == f"Config file {path}: 13 settings, none overridden " \
                                                           f"on the command line"
     assert parse_command_line(["--seed", "9"]).note is None
@@ -272,3 +272,15 @@ def test_torchrun_with_a_config_file(cwd):
     saved = parse_flags(["--config", str(cwd / "checkpoints" / "config.yaml")])[0]
     assert saved == parse_flags(["--config", str(cwd / "run.yaml"), "--episodes", "4"])[0]
     assert "| Workers: 2" in (cwd / "training.log").read_text()
+
+
+def test_config_yaml_belongs_to_the_run(tmp_path):
+    """A directory holding only a run's config.yaml is a run's: refused for a new run, moved by --overwrite."""
+    from ppo_lstm.checkpoint import CheckpointDir
+
+    path = save_run_config(TrainConfig(checkpoint_dir=str(tmp_path)))
+    directory = CheckpointDir(tmp_path)
+    with pytest.raises(UsageError, match="already holds files of an earlier run"):
+        directory.refuse_if_taken()
+    moved = directory.move_aside()
+    assert moved is not None and (moved / "config.yaml").is_file() and not path.exists()
