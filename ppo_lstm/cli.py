@@ -1,14 +1,16 @@
-"""The command line: parse flags from the config, check every input before any
-worker starts, then launch (single process, spawned workers, or under torchrun)."""
+"""The command line: parse flags (and a ``--config`` file) into the config, check every
+input before any worker starts, then launch (single process, spawned workers, or under
+torchrun). ``--print-config`` prints the resolved settings instead."""
 from __future__ import annotations
 
 import functools
 import os
 import sys
+from pathlib import Path
 from typing import Optional
 
 from .checkpoint import CheckpointDir, RunLock
-from .config import TrainConfig, parse_flags, resumed_config, validate
+from .config import TrainConfig, config_yaml, parse_command_line, resumed_config, validate
 from .distributed import launch, launched_by_torchrun, resolve_device, world_size_for
 from .errors import EXIT_USAGE, UsageError
 from .build import build_agent, check_model_matches
@@ -25,7 +27,7 @@ def preflight(config: TrainConfig, given: frozenset[str], world_size: int) -> Tr
     """
     directory = CheckpointDir(config.checkpoint_dir, config.keep_checkpoints)
     if config.resume and not config.overwrite:
-        path, state, _ = directory.load_newest_valid()
+        path, state = resumed_from(config)
         config = resumed_config(config, given, state["config"])[0]
     validate(config, world_size)
     if config.data is not None:
@@ -41,11 +43,38 @@ def preflight(config: TrainConfig, given: frozenset[str], world_size: int) -> Tr
     return config
 
 
+def resumed_from(config: TrainConfig) -> tuple[Path, dict]:
+    """``--resume``: the newest valid checkpoint in --checkpoint-dir (UsageError when none)."""
+    path, state, _ = CheckpointDir(config.checkpoint_dir, config.keep_checkpoints).load_newest_valid()
+    return path, state
+
+
+def print_config(config: TrainConfig, given: frozenset[str]) -> None:
+    """``--print-config``: the settings this command would run with, as YAML on stdout
+    (with ``--resume``, the checkpoint's under those given). UsageError when ``--resume``
+    finds no checkpoint."""
+    header = ("Resolved settings; train with: --config FILE (flags given with it override it)",)
+    if config.resume and not config.overwrite:
+        path, state = resumed_from(config)
+        config = resumed_config(config, given, state["config"])[0]
+        header += (f"--resume: the settings of {path}, under those given on the command line or in --config",)
+    sys.stdout.write(config_yaml(config, header))
+
+
 def main(argv: Optional[list[str]] = None, force_distributed: bool = False, prog: Optional[str] = None) -> int:
     """Run the trainer; returns the process exit code (2 for bad input, 130/143 when interrupted)."""
-    config, given = parse_flags(argv, prog)
-    if force_distributed:
-        config.distributed = True
+    try:
+        command = parse_command_line(argv, prog)
+        config, given = command.config, command.given
+        if force_distributed:
+            config.distributed = True
+        if command.print_config:
+            print_config(config, given)
+            return 0
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    notes = (command.note,) if command.note else ()
     lock: Optional[RunLock] = None
     try:
         device = resolve_device(config.device)  # launch() warns about a CPU fallback once every check passed
@@ -62,7 +91,7 @@ def main(argv: Optional[list[str]] = None, force_distributed: bool = False, prog
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return launch(config, device, functools.partial(train_worker, given=given))
+        return launch(config, device, functools.partial(train_worker, given=given, notes=notes))
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE

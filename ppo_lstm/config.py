@@ -16,10 +16,13 @@ import math
 import sys
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 from envs.config import EnvConfig
 
+from .checkpoint import RUN_CONFIG_NAME, atomic_write_bytes
+from .config_file import ParsedArgs, add_config_options, dump_settings, parse_args
 from .errors import UsageError
 
 RUN, PPO, MODEL, DIST, ENV = "run", "PPO", "model", "distributed", "environment"
@@ -152,13 +155,11 @@ def _base_type(hint: Any) -> type:
     return args[0] if args else hint
 
 
-def _add_field(group: Any, f: dataclasses.Field, hint: Any, dest: str, defaults: bool) -> None:
-    """Add one dataclass field (type ``hint``) to an argparse group as ``--field-name``
-    (without a default when not ``defaults``: then only given flags reach the namespace)."""
+def _add_field(group: Any, f: dataclasses.Field, hint: Any, dest: str) -> None:
+    """Add one dataclass field (type ``hint``) to an argparse group as ``--field-name``."""
     meta = f.metadata
     kind = _base_type(hint)
-    default = f.default if defaults else argparse.SUPPRESS
-    kwargs: dict[str, Any] = {"dest": dest, "default": default, "help": meta["help"]}
+    kwargs: dict[str, Any] = {"dest": dest, "default": f.default, "help": meta["help"]}
     if kind is bool:
         kwargs["action"] = argparse.BooleanOptionalAction if f.default else "store_true"
     elif "choices" in meta:
@@ -183,33 +184,79 @@ class _OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def build_parser(prog: Optional[str] = None, defaults: bool = True) -> argparse.ArgumentParser:
-    """The CLI parser, generated from :class:`TrainConfig` and its nested :class:`EnvConfig`
-    (``defaults=False``: a parser whose namespace holds only the flags given)."""
+def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
+    """The CLI parser, generated from :class:`TrainConfig` and its nested :class:`EnvConfig`,
+    with ``--config FILE`` and ``--print-config`` (see :mod:`ppo_lstm.config_file`)."""
     parser = _OneLineParser(
         prog=prog,
         description="Train a recurrent (LSTM) PPO agent to trade, on one device or many.",
         formatter_class=_HelpFormatter,
     )
+    add_config_options(parser)
     groups = {key: parser.add_argument_group(title) for key, title in GROUP_TITLES.items()}
     hints, env_hints = typing.get_type_hints(TrainConfig), typing.get_type_hints(EnvConfig)
     for f in dataclasses.fields(TrainConfig):
         if f.name == "env":
             for env_field in dataclasses.fields(EnvConfig):
-                _add_field(groups[ENV], env_field, env_hints[env_field.name], "env." + env_field.name, defaults)
+                _add_field(groups[ENV], env_field, env_hints[env_field.name], "env." + env_field.name)
         else:
-            _add_field(groups[f.metadata["group"]], f, hints[f.name], f.name, defaults)
+            _add_field(groups[f.metadata["group"]], f, hints[f.name], f.name)
     return parser
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    """A parsed command line: the run's ``config``, the fields the command line or its
+    ``--config`` file ``given`` (``"episodes"``, ``"env.fee_bps"``, ...), whether it asks
+    for ``--print-config``, and the start-up ``note`` naming the config file (None
+    without one)."""
+
+    config: TrainConfig
+    given: frozenset[str]
+    print_config: bool
+    note: Optional[str]
+
+
+def parse_command_line(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> CommandLine:
+    """Parse ``argv`` and the ``--config`` file it names (flags override the file). A bad
+    flag exits 2 in one line; a bad config file raises :class:`UsageError`."""
+    parsed: ParsedArgs = parse_args(build_parser(prog), argv)
+    values = vars(parsed.namespace)
+    env = EnvConfig(**{k[4:]: v for k, v in values.items() if k.startswith("env.")})
+    config = TrainConfig(env=env, **{k: v for k, v in values.items() if not k.startswith("env.")})
+    return CommandLine(config, parsed.given, parsed.print_config, parsed.describe())
 
 
 def parse_flags(argv: Optional[list[str]] = None,
                 prog: Optional[str] = None) -> tuple[TrainConfig, frozenset[str]]:
-    """Parse ``argv`` (flag errors exit 2 in one line). Returns the config and the names of
-    the fields the command line gave (``"episodes"``, ``"env.fee_bps"``, ...)."""
-    namespace = vars(build_parser(prog).parse_args(argv))
-    given = frozenset(vars(build_parser(prog, defaults=False).parse_args(argv)))
-    env = EnvConfig(**{k[4:]: v for k, v in namespace.items() if k.startswith("env.")})
-    return TrainConfig(env=env, **{k: v for k, v in namespace.items() if not k.startswith("env.")}), given
+    """Parse ``argv`` (flag errors exit 2 in one line; a bad ``--config`` file raises
+    :class:`UsageError`). Returns the config and the names of the fields the command
+    line or its config file gave (``"episodes"``, ``"env.fee_bps"``, ...)."""
+    command = parse_command_line(argv, prog)
+    return command.config, command.given
+
+
+def config_yaml(config: TrainConfig, header: tuple[str, ...] = ()) -> str:
+    """``config`` as a YAML config file (every field, keyed by its flag name, grouped as in
+    --help) that ``--config`` reads back into an equal :class:`TrainConfig`."""
+    return dump_settings(build_parser(), {name: value for name, (_, value) in _settings(config).items()}, header)
+
+
+def save_run_config(config: TrainConfig) -> Path:
+    """Write the run's settings to ``<checkpoint-dir>/config.yaml``, atomically (rank 0, at
+    the start of a run or resume). Every field is written, but ``resume`` and ``overwrite``
+    as false: the file describes the run, so fed back with ``--config`` it starts a new
+    run with these settings (refused in a directory that holds one) and never resumes or
+    moves a run aside by itself. Raises :class:`CheckpointError` when it cannot be written."""
+    path = Path(config.checkpoint_dir) / RUN_CONFIG_NAME
+    header = (f"Settings of the run in {config.checkpoint_dir}, written when it (re)started; resume and "
+              f"overwrite are always false here.",
+              f"A new run with them: --config {path} --checkpoint-dir <another dir>; "
+              f"continue this one: --resume --checkpoint-dir {config.checkpoint_dir}")
+    text = config_yaml(dataclasses.replace(config, resume=False, overwrite=False), header)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, lambda handle: handle.write(text.encode("utf-8")))
+    return path
 
 
 def config_from_args(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> TrainConfig:

@@ -2,8 +2,10 @@
 
     python -m ppo_lstm.evaluate --checkpoint checkpoints --data prices.csv --start 2023-01-01
     python -m ppo_lstm.evaluate --checkpoint checkpoints/best.pt --episodes 100 --seed 1 --json
+    python -m ppo_lstm.evaluate --config backtest.yaml --seed 2
 
-(also installed as ``evaluate-ppo-lstm``). The engine is ``ppo_lstm.backtest``, the
+(also installed as ``evaluate-ppo-lstm``; ``--config`` reads its flags from a YAML or TOML
+file, see :mod:`ppo_lstm.config_file`). The engine is ``ppo_lstm.backtest``, the
 outputs ``ppo_lstm.report``. Bad input ends with one ``error: ...`` line on stderr and
 exit code 2. ``evaluate()`` below plays one episode per seed (the learning test uses it).
 """
@@ -31,6 +33,7 @@ from .agent import RecurrentActorCritic
 from .backtest import BacktestResult, backtest_history, backtest_simulated
 from .checkpoint import BEST_NAME, LATEST_NAME, CheckpointDir, CheckpointError, load_checkpoint
 from .config import TrainConfig
+from .config_file import add_config_options, dump_settings, parse_args
 from .errors import EXIT_USAGE, UsageError, one_line
 from .logger import EpisodeTotals, episode_records
 from .report import format_table, plot, report_dict, write_equity_csv
@@ -88,6 +91,7 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
                     "data file as one continuous episode, or on the checkpoint's simulated market.",
         epilog="Final positions are marked to market at the last close, without exit costs, for the agent and "
                "buy-and-hold alike. Bad input: one 'error:' line on stderr, exit code 2.")
+    add_config_options(parser)
     parser.add_argument("--checkpoint", required=True, type=Path, metavar="PATH",
                         help="a .pt file, or a checkpoint dir (its best.pt, else the checkpoint 'latest' names)")
     where = parser.add_argument_group("market: a data file, or the checkpoint's simulated market")
@@ -264,7 +268,19 @@ def default_prog() -> Optional[str]:
 
 def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
     """The CLI; returns the exit code (2 for bad input, one line on stderr)."""
-    args = build_parser(prog or default_prog()).parse_args(argv)
+    parser = build_parser(prog or default_prog())
+    try:
+        parsed = parse_args(parser, argv)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    args = parsed.namespace
+    if parsed.print_config:
+        sys.stdout.write(dump_settings(parser, vars(args), ("Resolved settings; evaluate with: --config FILE",)))
+        return 0
+    note = parsed.describe()
+    if note is not None:  # --json keeps stdout one JSON object
+        print(note, file=sys.stderr if args.json else sys.stdout)
     try:
         result, title = run(args)
         if args.json:

@@ -1,0 +1,345 @@
+"""Config files for a command line: a YAML or TOML mapping of flag names to values.
+
+``num-envs: 4`` in a file is ``--num-envs 4`` on the command line. Every ``--name``
+option of an argparse parser is a key, spelt with ``-`` or ``_``; its value goes
+through the option's own ``type`` and ``choices``, as the flag's text would, so a
+file accepts exactly the values the command line accepts. A switch (``--no-short``,
+``--clip-vloss`` / ``--no-clip-vloss``) takes ``true`` or ``false``; an option whose
+default is none takes ``null`` (YAML) or is left out.
+
+:func:`parse_args` reads ``--config FILE`` and the command line together: the file's
+values become the parser's defaults, so a flag on the command line wins. Every
+problem with the file raises :class:`UsageError` with one line naming the file, and
+the key and line where they are known. YAML is read with ``yaml.safe_load`` (nothing
+in a file is executed); TOML with :mod:`tomllib` (``tomli`` on Python 3.10).
+
+The parser's option table (``_actions``, ``_action_groups``) is read here, as argparse
+offers no public way to list a parser's options.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import difflib
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import yaml
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+from .errors import UsageError, one_line
+
+CONFIG_DEST, PRINT_DEST = "config_file", "print_config"  # the two options of this module
+FORMATS = {".yaml": "YAML", ".yml": "YAML", ".toml": "TOML"}
+_UNSET = object()  # marks the options the command line did not give
+
+
+@dataclass(frozen=True)
+class FileSettings:
+    """The settings one config file gave: ``values`` by argparse dest, typed as the flags
+    would give them, and ``flags``, the flag each one sets (``"--num-envs"``)."""
+
+    path: str
+    values: dict[str, Any]
+    flags: dict[str, str]
+
+
+@dataclass(frozen=True)
+class ParsedArgs:
+    """A command line read together with its config file.
+
+    ``namespace`` holds every setting (the command line's, else the file's, else the
+    default; not the two options of this module), ``given`` the dests that the command
+    line or the file set, and ``overridden`` those the command line set to another value
+    than the file's (in the file's order).
+    """
+
+    namespace: argparse.Namespace
+    file: Optional[FileSettings]
+    given: frozenset[str]
+    overridden: tuple[str, ...]
+    print_config: bool
+
+    def describe(self) -> Optional[str]:
+        """The start-up line: which file was read and which of its values the command line
+        overrode (file value -> command-line value); None without a config file."""
+        if self.file is None:
+            return None
+        count = len(self.file.values)
+        line = f"Config file {self.file.path}: {count} setting{'' if count == 1 else 's'}"
+        if not self.overridden:
+            return line + ", none overridden on the command line"
+        changes = [f"{self.file.flags[dest]} {show(self.file.values[dest])} -> "
+                   f"{show(getattr(self.namespace, dest))}" for dest in self.overridden]
+        return line + "; the command line overrode " + ", ".join(changes)
+
+
+def add_config_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``--config FILE`` and ``--print-config`` to ``parser`` (in a group of their own)."""
+    group = parser.add_argument_group("config file")
+    group.add_argument("--config", dest=CONFIG_DEST, metavar="FILE", default=None,
+                       help="read settings from a YAML (.yaml/.yml) or TOML (.toml) file whose keys are these "
+                            "flags without their leading -- (e.g. num-envs: 4); flags given here override it")
+    group.add_argument("--print-config", dest=PRINT_DEST, action="store_true",
+                       help="print the resolved settings as YAML (a config file) and exit")
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Optional[list[str]] = None) -> ParsedArgs:
+    """Parse ``argv`` with ``parser`` (which has :func:`add_config_options`), reading the
+    ``--config`` file it names. Bad flags end as argparse ends them; a bad file raises
+    :class:`UsageError`. ``parser``'s defaults become the file's values."""
+    required = [action for action in parser._actions if action.required]
+    for action in required:  # the file may give them: argparse checks them on the second pass
+        action.required = False
+    dests = {action.dest for action in parser._actions if action.dest != argparse.SUPPRESS}
+    command_line = vars(parser.parse_args(argv, argparse.Namespace(**dict.fromkeys(dests, _UNSET))))
+    from_command_line = {dest for dest, value in command_line.items() if value is not _UNSET}
+    path = command_line.get(CONFIG_DEST, _UNSET)
+    file = read_settings(path, parser) if path not in (_UNSET, None) else None
+    if file is not None:
+        parser.set_defaults(**file.values)
+    for action in required:
+        action.required = file is None or action.dest not in file.values
+    values = vars(parser.parse_args(argv))
+    print_config = bool(values.pop(PRINT_DEST, False))
+    values.pop(CONFIG_DEST, None)
+    from_command_line -= {CONFIG_DEST, PRINT_DEST}
+    from_file = set(file.values) if file is not None else set()
+    overridden = tuple(dest for dest, value in (file.values.items() if file is not None else ())
+                       if dest in from_command_line and values[dest] != value)
+    return ParsedArgs(argparse.Namespace(**values), file, frozenset(from_command_line | from_file), overridden,
+                      print_config)
+
+
+# ------------------------------------------------------------------ reading a file
+
+
+def read_settings(path: str, parser: argparse.ArgumentParser) -> FileSettings:
+    """The settings of the config file at ``path``, checked against ``parser``'s options:
+    each key must name one of its flags and each value must be one that flag accepts."""
+    mapping, lines = load_mapping(path)
+    options = keyed_options(parser)
+    values: dict[str, Any] = {}
+    flags: dict[str, str] = {}
+    keys: dict[str, str] = {}
+    for key, value in mapping.items():
+        where = f"{path}, line {lines[key]}" if key in lines else str(path)
+        action = _option_for(key, value, options, where)
+        if action.dest in values:
+            raise UsageError(f"{where}: '{key}' sets {action.option_strings[0]}, as '{keys[action.dest]}' "
+                             f"already does; keep one of them")
+        values[action.dest] = _convert(action, key, value, where)
+        flags[action.dest], keys[action.dest] = action.option_strings[0], str(key)
+    return FileSettings(str(path), values, flags)
+
+
+def load_mapping(path: str) -> tuple[dict[Any, Any], dict[Any, int]]:
+    """The top-level mapping of a YAML or TOML file (chosen by its suffix), and the line
+    of each key where the parser tells it (YAML). Raises :class:`UsageError` naming the
+    file when it cannot be read or parsed, holds a key twice, or is not a mapping."""
+    kind = FORMATS.get(Path(path).suffix.lower())
+    if kind is None:
+        raise UsageError(f"{path}: a config file must be YAML (.yaml, .yml) or TOML (.toml); rename it "
+                         f"or convert it")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise UsageError(f"{path}: cannot read the config file ({err.strerror or one_line(err)})") from None
+    except UnicodeDecodeError as err:
+        raise UsageError(f"{path}: the config file is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
+    if kind == "YAML":
+        data, lines = _load_yaml(path, text)
+    else:
+        data, lines = _load_toml(path, text), {}
+    if data is None:  # an empty YAML file, or one of comments only
+        data = {}
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: a config file holds a mapping of flag names to values (e.g. 'episodes: 1000'), "
+                         f"not {_kind_of(data)}")
+    return data, lines
+
+
+def _load_yaml(path: str, text: str) -> tuple[Any, dict[Any, int]]:
+    """``yaml.safe_load`` the text; the key lines come from the node tree (``yaml.compose``,
+    which builds no Python objects at all)."""
+    try:
+        data = yaml.safe_load(text)
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise UsageError(f"{path}{where}: not valid YAML ({one_line(problem)})") from None
+    lines: dict[Any, int] = {}
+    if isinstance(root, yaml.MappingNode):
+        for key_node, _ in root.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                continue
+            line = key_node.start_mark.line + 1
+            if key_node.value in lines:
+                raise UsageError(f"{path}, line {line}: key '{key_node.value}' is given twice (also on line "
+                                 f"{lines[key_node.value]}); keep one of them")
+            lines[key_node.value] = line
+        if isinstance(data, dict):  # keys as safe_load typed them (e.g. 1 for "1")
+            lines = {key: lines[str(key)] for key in data if str(key) in lines}
+    return data, lines
+
+
+def _load_toml(path: str, text: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        message = one_line(err)
+        found = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
+        if found is None:
+            raise UsageError(f"{path}: not valid TOML ({message})") from None
+        raise UsageError(f"{path}, line {found.group(1)}, column {found.group(2)}: not valid TOML "
+                         f"({message[:found.start()]})") from None
+
+
+# ------------------------------------------------------------------ keys and values
+
+
+def keyed_options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """Every key a config file may use (``"num-envs"``, aliases too) and its option: each
+    ``--name`` of ``parser`` but help, the ``--no-`` half of a ``--x / --no-x`` switch and
+    the options of this module."""
+    options: dict[str, argparse.Action] = {}
+    for action in _settings_actions(parser):
+        for option in action.option_strings:
+            if option.startswith("--") and not (_is_paired_switch(action) and option.startswith("--no-")):
+                options[option[2:].replace("_", "-")] = action
+    return options
+
+
+def _settings_actions(parser: argparse.ArgumentParser) -> Iterable[argparse.Action]:
+    """The options that are settings: not help or version, nor ``--config``/``--print-config``."""
+    for action in parser._actions:
+        if action.dest in (CONFIG_DEST, PRINT_DEST, argparse.SUPPRESS) or not action.option_strings:
+            continue
+        if action.nargs == 0 and not (_is_paired_switch(action) or isinstance(action.const, bool)):
+            continue  # help, version, count: nothing a file could set
+        yield action
+
+
+def _is_paired_switch(action: argparse.Action) -> bool:
+    return isinstance(action, argparse.BooleanOptionalAction)
+
+
+def _option_for(key: Any, value: Any, options: dict[str, argparse.Action], where: str) -> argparse.Action:
+    """The option ``key`` names; UsageError naming the closest key when there is none."""
+    name = str(key).replace("_", "-")
+    if isinstance(key, str) and name in options:
+        return options[name]
+    if name in ("config", "print-config", "help"):
+        raise UsageError(f"{where}: '{key}' is an option of the command line only, not a setting; remove it "
+                         f"from the file")
+    if name.startswith("no-") and name[3:] in options and _is_paired_switch(options[name[3:]]):
+        raise UsageError(f"{where}: unknown key '{key}'; write '{name[3:]}: false' instead")
+    close = difflib.get_close_matches(name, list(options), n=1)
+    if close:
+        hint = f"did you mean '{close[0]}'?"
+    elif isinstance(value, dict):
+        hint = "settings are keys at the top level, not sections (e.g. 'clip: 0.2')"
+    else:
+        hint = "the keys are the flags of --help without their leading --"
+    raise UsageError(f"{where}: unknown key '{key}'; {hint}")
+
+
+def _convert(action: argparse.Action, key: Any, value: Any, where: str) -> Any:
+    """``value`` as the flag would give it: through the option's ``type`` and ``choices``."""
+    if action.nargs == 0:  # a switch
+        if not isinstance(value, bool):
+            raise UsageError(f"{where}: '{key}' takes true or false, got {_shown(value)}")
+        return value if _is_paired_switch(action) else (action.const if value else not action.const)
+    if action.nargs in ("+", "*") or isinstance(action.nargs, int):
+        items = value if isinstance(value, list) else [value]
+        if action.nargs == "+" and not items:
+            raise UsageError(f"{where}: '{key}' needs at least one value")
+        return [_convert_one(action, key, item, where) for item in items]
+    return _convert_one(action, key, value, where)
+
+
+def _convert_one(action: argparse.Action, key: Any, value: Any, where: str) -> Any:
+    if value is None:
+        if action.default is None:
+            return None
+        raise UsageError(f"{where}: '{key}' needs a value (leave the key out for its default, "
+                         f"{show(action.default)})")
+    expected = _expected(action)
+    if isinstance(value, bool):  # YAML reads an unquoted yes/no/on/off as true/false
+        raise UsageError(f"{where}: '{key}' takes {expected}, got {_shown(value)} (quote a value such as "
+                         f"'off' or 'no' in YAML)")
+    if isinstance(value, (dict, list)):
+        raise UsageError(f"{where}: '{key}' takes {expected}, got {_shown(value)}")
+    text = value.isoformat() if isinstance(value, (datetime.date, datetime.time)) else str(value)
+    try:
+        converted = action.type(text) if callable(action.type) else text
+    except (TypeError, ValueError, argparse.ArgumentTypeError):
+        raise UsageError(f"{where}: '{key}' takes {expected}, got {_shown(value)}") from None
+    if action.choices is not None and converted not in action.choices:
+        raise UsageError(f"{where}: '{key}' takes {expected}, got {_shown(value)}")
+    return converted
+
+
+def _expected(action: argparse.Action) -> str:
+    if action.choices is not None:
+        return "one of " + ", ".join(map(str, action.choices))
+    return {int: "an integer", float: "a number", Path: "a path"}.get(action.type, "text (quote it)")
+
+
+def _kind_of(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return f"the {type(value).__name__} {value!r}"
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (dict, list)):
+        return _kind_of(value)
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def show(value: Any) -> str:
+    """A setting's value as the start-up lines print it (``none`` for None, ``true``/``false``)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "none" if value is None else str(value)
+
+
+# ------------------------------------------------------------------ writing a file
+
+
+def dump_settings(parser: argparse.ArgumentParser, values: dict[str, Any], header: Iterable[str] = ()) -> str:
+    """``values`` (by dest) as a YAML config file for ``parser``: the ``header`` lines as
+    comments, then one commented section per option group, one ``key: value`` per option,
+    keyed by its first flag. Reading it back with :func:`read_settings` gives ``values``."""
+    parts = [f"# {line}" for line in header]
+    keyed = set(map(id, _settings_actions(parser)))
+    for group in parser._action_groups:
+        entries = {action.option_strings[0][2:]: _plain(values[action.dest]) for action in group._group_actions
+                   if id(action) in keyed and action.dest in values}
+        if entries:
+            parts += ["", f"# {group.title}",
+                      yaml.safe_dump(entries, sort_keys=False, default_flow_style=False, allow_unicode=True).rstrip()]
+    return "\n".join(parts).lstrip("\n") + "\n"
+
+
+def _plain(value: Any) -> Any:
+    """A value YAML writes as a plain scalar or list (paths as text)."""
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
