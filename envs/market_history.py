@@ -14,6 +14,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from envs.config import EnvConfig
+from envs.features import feature_zscores
 from envs.market import Market, Rows
 from envs.observation import normalised_returns
 from envs.variates import VariatePool
@@ -28,12 +29,16 @@ class HistoricalMarket(Market):
     """N envs on windows of one file's bars; ``start`` [N]: each env's first bar in the file."""
 
     def __init__(self, num_envs: int, config: EnvConfig, z: np.ndarray, data: MarketData,
-                 span: tuple[int, int] | None = None) -> None:
+                 span: tuple[int, int] | None = None, feat: np.ndarray | None = None) -> None:
         """``span = (lo, hi)``: episodes lie within the file's bars ``lo..hi-1`` (default: all).
 
         The normalised returns are those of the file's bars ``0..hi-1``: causal, so the
         bars before ``lo`` warm up the RMS of the first window exactly as a training
         episode starting at ``lo`` would see it, and nothing after ``hi - 1`` is read.
+        With ``--features``, ``data`` must carry the config's feature columns; their
+        normalised values (``envs.features``) go into ``feat`` [N, L+1, F] at each reset,
+        and no episode's first decision comes before the first bar where every feature
+        is defined.
         """
         super().__init__(num_envs, config, z)
         self.data_open = np.ascontiguousarray(data.open, dtype=np.float64)
@@ -49,6 +54,22 @@ class HistoricalMarket(Market):
             )
         if not (np.all(self.data_open > 0) and np.all(self.data_close > 0)):
             raise ValueError("data open/close prices must all be > 0 (and not NaN)")
+        names = config.feature_names
+        self._nfeat = len(names)
+        if names:
+            have_names = tuple(n.lower() for n in data.feature_names)
+            if have_names != tuple(n.lower() for n in names) or data.features is None or feat is None:
+                raise ValueError(f"{data.source}: the env observes features {', '.join(names)} but the data was "
+                                 f"loaded with {', '.join(data.feature_names) or 'none'}; load it with "
+                                 f"load_ohlcv(..., features={names!r})")
+            defined = data.first_defined
+            if defined - self.W > lo:
+                lo = defined - self.W  # the first decision (bar start + W) reads defined features
+                if hi - lo < self.bars:
+                    raise ValueError(
+                        f"{data.source}: every feature is defined from bar {defined + 1} on, which leaves "
+                        f"{max(0, hi - defined)} bars for decisions; one episode needs episode_length + 1 = "
+                        f"{self.bars - self.W}; use a longer file or lower --episode-length")
         self._lo = lo
         self._top = hi - lo - self.bars + 1  # start offsets lo..lo+_top-1
         self._fingerprint = {"bars": have, "close_crc32": zlib.crc32(self.data_close.tobytes())}
@@ -56,6 +77,15 @@ class HistoricalMarket(Market):
         # row s: the normalised returns of an episode starting at bar s, as one raw item
         self._ep_item = np.dtype(f"V{4 * (self.bars - 1)}")
         self._zepisodes = sliding_window_view(zdata, self.bars - 1).view(self._ep_item)[:, 0]
+        if self._nfeat:
+            assert feat is not None and data.features is not None
+            F, decisions = self._nfeat, self.bars - self.W  # L+1 decision bars per episode
+            self._fdata = feature_zscores(data.features[:hi]).reshape(-1)  # [hi*F], bar b at b*F..
+            self._feat_item = np.dtype(f"V{4 * F * decisions}")
+            # row b: the features of the L+1 decision bars from bar b on, as one raw item
+            self._fepisodes = sliding_window_view(self._fdata, F * decisions)[::F].view(self._feat_item)[:, 0]
+            self._feat_rows = feat.reshape(num_envs, -1).view(self._feat_item)[:, 0]
+            self._fingerprint["features"] = ",".join(n.lower() for n in names)
         self.start = np.zeros(num_envs, np.int64)
         self._starts = VariatePool(num_envs, _START_EPISODES, normal=False)  # one uniform per episode
         self._bar = np.zeros(num_envs, np.int64)  # data index scratch
@@ -90,6 +120,8 @@ class HistoricalMarket(Market):
     def _gather_returns(self, sel: Rows, start: np.ndarray) -> None:
         """``z[sel]`` from the file's normalised returns: one raw ``4(W+L)``-byte item per env."""
         self.z.view(self._ep_item)[:, 0][sel] = self._zepisodes[start]
+        if self._nfeat:
+            self._feat_rows[sel] = self._fepisodes[start + self.W]
 
     def next_bar(self, t0: int, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         bar = self._bar

@@ -284,6 +284,9 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
         for name in ("data_start", "data_end"):
             if getattr(config, name) is not None:
                 raise UsageError(f"{_flag(name)} selects bars of --data; pass --data too")
+        if config.env.features:
+            raise UsageError(f"--features {config.env.features} names columns of --data, and a simulated market has "
+                             f"no feature columns; pass --data too, or drop --features")
     if config.master_port is not None and not 0 < config.master_port < 65536:
         raise UsageError(f"--master-port must be within 1..65535, got {config.master_port}")
     try:

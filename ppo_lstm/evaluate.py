@@ -202,7 +202,8 @@ def load_policy(path: str | os.PathLike, device: torch.device | str = "cpu") -> 
         raise UsageError(
             f"{path}: the model does not match the checkpoint's settings (--hidden-size {config.hidden_size} "
             f"--lstm-size {config.lstm_size} --window {config.env.window} --max-position "
-            f"{config.env.max_position}{' --no-short' if config.env.no_short else ''}): {one_line(err)}") from None
+            f"{config.env.max_position}{' --no-short' if config.env.no_short else ''}"
+            f"{f' --features {config.env.features}' if config.env.features else ''}): {one_line(err)}") from None
     return agent.to(device), config
 
 
@@ -221,13 +222,20 @@ def env_for_evaluation(config: TrainConfig, args: argparse.Namespace) -> EnvConf
     return env
 
 
-def load_slice(args: argparse.Namespace, window: int) -> tuple[MarketData, int, int]:
-    """The --data file and the bars ``lo..hi-1`` of --start/--end; UsageError when unusable."""
+def load_slice(args: argparse.Namespace, window: int,
+               features: tuple[str, ...] = ()) -> tuple[MarketData, int, int]:
+    """The --data file (with the checkpoint's ``features`` columns) and the bars ``lo..hi-1``
+    of --start/--end; UsageError when unusable."""
     try:
-        data = load_ohlcv(args.data, args.date_format)
+        data = load_ohlcv(args.data, args.date_format, features=features)
         lo, hi = date_span(data, args.start, args.end)
     except DataError as err:
         raise UsageError(str(err)) from None
+    if features and hi - max(lo, data.first_defined - window) < window + 2:
+        raise UsageError(f"{args.data}: every feature ({', '.join(features)}) is defined from "
+                         f"{data.timestamps[data.first_defined]} on, which leaves "
+                         f"{max(0, hi - data.first_defined)} bars of the slice to decide and trade on; a backtest "
+                         f"needs at least 2; widen --start/--end or use a longer file")
     if hi - lo < window + 2:
         chosen = "--start/--end select" if args.start or args.end else "the file has"
         raise UsageError(f"{args.data}: {chosen} {hi - lo} bars; a backtest needs at least window + 2 = "
@@ -244,9 +252,12 @@ def run(args: argparse.Namespace) -> tuple[BacktestResult, str]:
     env = env_for_evaluation(config, args)
     actions = "sampled actions" if args.sample else "greedy actions"
     if args.data is not None:
-        data, lo, hi = load_slice(args, env.window)
+        data, lo, hi = load_slice(args, env.window, env.feature_names)
         result = backtest_history(agent, env, data, lo, hi, greedy=not args.sample, seed=args.seed, device=device)
         return result, f"Backtest of {path} on {args.data} ({actions})"
+    if env.features:
+        raise UsageError(f"{path} was trained with --features {env.features}, columns of a data file; a simulated "
+                         f"market has none: pass --data with a file holding those columns")
     episodes = DEFAULT_EPISODES if args.episodes is None else args.episodes
     result = backtest_simulated(agent, env, episodes, args.seed, greedy=not args.sample, device=device)
     return result, (f"Backtest of {path} on {episodes} simulated '{env.market}' episodes of "

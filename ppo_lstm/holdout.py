@@ -75,6 +75,13 @@ def split_data(data: MarketData, config: TrainConfig) -> DataSplit:
             f"{config.data}: {split - lo} bars ({_day(stamps[lo])} to {_day(stamps[max(lo, split - 1)])}) are left "
             f"for training after --holdout {config.holdout:g}; one episode needs window + episode-length + 1 = "
             f"{needed}; lower --holdout, --window or --episode-length, or use more data")
+    first = max(lo, data.first_defined - env.window) if env.feature_names else lo
+    if first > lo and split - first < needed:
+        raise UsageError(
+            f"{config.data}: every feature ({env.features}) is defined from {_day(stamps[data.first_defined])} on, "
+            f"which leaves {max(0, split - first)} bars for training episodes (counting the window before the first "
+            f"decision); one episode needs window + episode-length + 1 = {needed}; use a longer file, lower "
+            f"--holdout or --episode-length, or shorten the features' warm-up")
     if config.holdout > 0 and held < MIN_HOLDOUT_BARS:
         raise UsageError(f"--holdout {config.holdout:g} keeps {held} of {hi - lo} bars out of training; a hold-out "
                          f"needs at least {MIN_HOLDOUT_BARS}; raise --holdout, or pass --holdout 0 to train on all")
@@ -86,7 +93,8 @@ def load_training_data(config: TrainConfig) -> tuple[MarketData, DataSplit]:
     assert config.data is not None
     try:
         data = load_ohlcv(config.data, config.date_format,
-                          min_rows=config.env.window + config.env.episode_length + 1)
+                          min_rows=config.env.window + config.env.episode_length + 1,
+                          features=config.env.feature_names)
     except DataError as err:
         raise UsageError(str(err)) from None
     return data, split_data(data, config)

@@ -189,6 +189,9 @@ class Trainer:
                           f"from 0 over the first {math.ceil(c.cost_warmup * c.episodes)} episodes (--cost-warmup "
                           f"{c.cost_warmup:g}), so earlier episode lines are at lower costs; the hold-out always "
                           f"pays full costs")
+        if c.env.features and c.data is not None and self.world_size > 1 and not c.data_all_ranks:
+            self.log.line(f"Markets: every worker trades --data, since --features {c.env.features} reads its columns "
+                          f"and a simulated market has none")
         if self.holdout is not None:
             self.log.line(self.holdout.describe())
         elif self.rank == 0:
