@@ -16,7 +16,7 @@ import math
 import sys
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from envs.config import EnvConfig
 
@@ -55,7 +55,9 @@ class TrainConfig:
     autocast: str = _f("off", RUN, "bf16: run the PPO update's forward pass (matrix products, the LSTM) in bfloat16 "
                                    "under torch.autocast; rollouts, losses and Adam stay float32. On a CPU it is "
                                    "slower at the default sizes; off: float32 throughout", choices=("off", "bf16"))
-    data: Optional[str] = _f(None, RUN, "OHLCV history (CSV or Parquet) for rank 0 (default: a simulated market)")
+    data: Optional[Union[str, list[str]]] = _f(
+        None, RUN, "OHLCV history for rank 0: one or more files (CSV, CSV.gz, Parquet) or directories of them, each "
+                   "file one instrument (docs/data.md; default: a simulated market)", nargs="+", metavar="PATH")
     date_format: Optional[str] = _f(None, RUN, "strftime format of the data's time column (default: detected)")
     data_all_ranks: bool = _f(False, RUN, "trade --data on every rank (at different random windows)")
     data_start: Optional[str] = _f(None, RUN, "first bar of --data to use, a date (inclusive; default: the first)")
@@ -161,7 +163,9 @@ def _add_field(group: Any, f: dataclasses.Field, hint: Any, dest: str, defaults:
     elif "choices" in meta:
         kwargs.update(type=kind, choices=meta["choices"])
     else:
-        kwargs.update(type=kind, metavar=f.name.upper())
+        kwargs.update(type=kind, metavar=meta.get("metavar", f.name.upper()))
+    if "nargs" in meta:
+        kwargs["nargs"] = meta["nargs"]
     group.add_argument(_flag(f.name), *meta.get("aliases", ()), **kwargs)
 
 
@@ -204,6 +208,8 @@ def parse_flags(argv: Optional[list[str]] = None,
     """Parse ``argv`` (flag errors exit 2 in one line). Returns the config and the names of
     the fields the command line gave (``"episodes"``, ``"env.fee_bps"``, ...)."""
     namespace = vars(build_parser(prog).parse_args(argv))
+    if isinstance(namespace.get("data"), list) and len(namespace["data"]) == 1:
+        namespace["data"] = namespace["data"][0]  # one path: the plain string, as runs have always stored it
     given = frozenset(vars(build_parser(prog, defaults=False).parse_args(argv)))
     env = EnvConfig(**{k[4:]: v for k, v in namespace.items() if k.startswith("env.")})
     return TrainConfig(env=env, **{k: v for k, v in namespace.items() if not k.startswith("env.")}), given
