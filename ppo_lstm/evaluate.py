@@ -25,6 +25,7 @@ import torch
 
 from envs.config import EnvConfig
 from envs.data import DataError, MarketData, date_span, load_ohlcv
+from envs.instruments import data_paths, instrument_name
 from envs.vector import VectorTradingEnv
 
 from .agent import RecurrentActorCritic
@@ -33,7 +34,8 @@ from .checkpoint import BEST_NAME, LATEST_NAME, CheckpointDir, CheckpointError, 
 from .config import TrainConfig
 from .errors import EXIT_USAGE, UsageError, one_line
 from .logger import EpisodeTotals, episode_records
-from .report import format_table, plot, report_dict, write_equity_csv
+from .report import (format_instruments_table, format_table, instruments_dict, plot, report_dict, write_equity_csv,
+                     write_instruments_csv)
 
 DEFAULT_EPISODES = 100
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -91,8 +93,10 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", required=True, type=Path, metavar="PATH",
                         help="a .pt file, or a checkpoint dir (its best.pt, else the checkpoint 'latest' names)")
     where = parser.add_argument_group("market: a data file, or the checkpoint's simulated market")
-    where.add_argument("--data", type=Path, metavar="PATH",
-                       help="OHLCV history (CSV or Parquet), traded as one continuous episode")
+    where.add_argument("--data", type=Path, metavar="PATH", nargs="+",
+                       help="OHLCV history (CSV, CSV.gz or Parquet), traded as one continuous episode; several files "
+                            "(or directories of them) are several instruments, each backtested on its own and "
+                            "reported in one row, beside an equal-weight mean row")
     where.add_argument("--start", metavar="DATE", help="with --data: first bar of the slice (inclusive)")
     where.add_argument("--end", metavar="DATE", help="with --data: last bar of the slice (inclusive; a date "
                        "without a time of day includes that whole day)")
@@ -114,9 +118,11 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     out = parser.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     out.add_argument("--equity-csv", type=Path, metavar="PATH",
-                     help="write time,close,position,equity,buy_and_hold_equity, one row per bar")
+                     help="write time,close,position,equity,buy_and_hold_equity, one row per bar (several "
+                          "instruments: one file, an instrument column first, each instrument's rows in turn)")
     out.add_argument("--plot", type=Path, metavar="PNG", help="draw price with trades, equity and drawdown "
-                     "(needs matplotlib: the 'plot' extra)")
+                     "(needs matplotlib: the 'plot' extra; several instruments: one PNG each, named "
+                     "<PNG stem>-<instrument file stem>.png)")
     return parser
 
 
@@ -264,6 +270,33 @@ def run(args: argparse.Namespace) -> tuple[BacktestResult, str]:
                     f"{env.episode_length} bars, seed {args.seed} ({actions})")
 
 
+def run_several(args: argparse.Namespace, files: list[str]) -> tuple[dict[str, BacktestResult], str]:
+    """The backtest of each instrument (the same checkpoint, slice dates and costs), by name."""
+    check_args(args)
+    device = resolve_device(args.device)
+    path = checkpoint_file(args.checkpoint)
+    agent, config = load_policy(path, device)
+    env = env_for_evaluation(config, args)
+    results = {}
+    for file in files:
+        one = argparse.Namespace(**{**vars(args), "data": Path(file)})
+        data, lo, hi = load_slice(one, env.window, env.feature_names)
+        results[instrument_name(file)] = backtest_history(agent, env, data, lo, hi, greedy=not args.sample,
+                                                          seed=args.seed, device=device)
+    actions = "sampled actions" if args.sample else "greedy actions"
+    return results, f"Backtest of {path} on {len(files)} instruments ({actions})"
+
+
+def plot_path(base: Path, name: str) -> Path:
+    """Where --plot draws one of several instruments: ``<stem>-<instrument stem>.png`` beside ``base``."""
+    stem = name
+    for suffix in (".csv.gz", ".csv", ".parquet", ".pq"):
+        if stem.lower().endswith(suffix):
+            stem = stem[: -len(suffix)]
+            break
+    return base.with_name(f"{base.stem}-{stem}{base.suffix or '.png'}")
+
+
 def default_prog() -> Optional[str]:
     return "evaluate-ppo-lstm" if os.path.basename(sys.argv[0]) == "evaluate-ppo-lstm" else None
 
@@ -272,6 +305,14 @@ def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
     """The CLI; returns the exit code (2 for bad input, one line on stderr)."""
     args = build_parser(prog or default_prog()).parse_args(argv)
     try:
+        if args.data is not None:
+            try:
+                files = data_paths(args.data)
+            except DataError as err:
+                raise UsageError(str(err)) from None
+            if len(files) > 1:
+                return _report_several(args, files)
+            args.data = args.data[0] if Path(files[0]) == args.data[0] else Path(files[0])
         result, title = run(args)
         if args.json:
             print(json.dumps(report_dict(result), allow_nan=False))
@@ -289,6 +330,26 @@ def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
         sys.stdout.flush()
         print(f"error: {_plain(str(err))}", file=sys.stderr)
         return EXIT_USAGE
+    return 0
+
+
+def _report_several(args: argparse.Namespace, files: list[str]) -> int:
+    """main()'s outputs for several instruments (UsageError propagates to main)."""
+    results, title = run_several(args, files)
+    if args.json:
+        print(json.dumps(instruments_dict(results), allow_nan=False))
+    else:
+        print(format_instruments_table(results, title))
+    if args.equity_csv is not None:
+        write_instruments_csv(results, args.equity_csv)
+        if not args.json:
+            print(f"equity curves: {args.equity_csv}")
+    if args.plot is not None:
+        for name, result in results.items():
+            out = plot_path(args.plot, name)
+            plot(result, f"{title}: {name}", out)
+            if not args.json:
+                print(f"plot: {out}")
     return 0
 
 
