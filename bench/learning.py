@@ -26,8 +26,19 @@ score over that model rule's. Rules: ``bench/learning_baselines.py``.
     python bench/learning.py --set ent_coef=0.03 --set update_interval=512    # TrainConfig overrides
     python bench/learning.py --no-sb3 --seeds 6 --workers 1,2   # 1 worker against 2 gloo workers (~9 min)
 
-Markets: regime-1bp, regime-10bps, ou-10bps, regime-10bps-csv (fee as named,
+Markets: regime-1bp, regime-10bps, ou-10bps, regime-10bps-csv, signal-5bps (fee as named,
 slippage 0, every other EnvConfig field at its default).
+
+signal-5bps: the whole edge is in a column of the file (``write_signal_csv``): ``signal``
+is an AR(1) (lag-1 autocorrelation 0.9, unit variance), the next bar's log return is
+0.0015 x signal + 1 % noise, and ``noise`` is an independent AR(1) of the same law. The
+agent trains with default flags plus ``--features signal,noise`` on a 60k-bar file and is
+backtested on the 20k bars after it; beside it the same agent without ``--features``. The
+reference is the known-model rule: a hysteresis band on 0.0015 x signal (long above +b,
+short below -b, else hold), b tuned on the training file. Its score is the money made per
+bar, in bps of the starting cash (a continuous backtest trades a fixed number of units, so
+over 20k profitable bars equity grows by adding, and log growth per bar would understate
+every profitable policy by a different amount); bench/results/learning_signal.txt.
 
 Time: 12 training runs (9 x 131072 steps, 3 RecurrentPPO x 131072, the same budget) on ``--jobs 2``:
 205 s on 2 otherwise idle AMD EPYC cores (bench/results/learning.txt; 797 s on the previous, slower machine). The csv market is one continuous
@@ -563,6 +574,9 @@ def main() -> None:
     print_table(report)
     print(f"wall time {report['wall_s']:.0f}s; score = mean net log return per bar (bps) on held-out bars; "
           f"turnover = lots traded per 100 bars")
+    for name in names:
+        if MARKETS[name].get("additive"):
+            print(f"{name}: score = money made per bar in bps of the starting cash, not log growth (score_backtest)")
     line = json.dumps(report, default=float)
     print(line)
     if args.json_out:
