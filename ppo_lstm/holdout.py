@@ -14,7 +14,8 @@ runs exactly that backtest (:meth:`Holdout.evaluate_command`).
 With several instruments (``--data A.csv B.csv``, or a directory), the hold-out is ONE cut
 in time for all of them (:func:`split_instruments`): the selected bars of every instrument
 are pooled, and the cut is the stamp of the first of the last ``round(holdout * pooled)``
-of them; every bar at or after it is held out, every bar before it may train. So no
+of them; every bar at or after it is held out (so bars of other instruments at the same
+stamp are too), every bar before it may train. So no
 training bar of any instrument is later than the first held-out bar of any other (markets
 move together). Each instrument's hold-out is backtested on its own; the hold-out line
 gives the mean over instruments of each figure, metrics.csv adds every instrument's
