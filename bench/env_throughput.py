@@ -8,6 +8,9 @@ DataFrame) are optional: a missing package prints a skip line.
 
     python bench/env_throughput.py [--seconds 2] [--quick]
 
+The last rows trade one synthetic 20,000-bar file without and with four ``--features``
+columns in the observation (each row's ratio to the same N without features).
+
 Prints a table (env, N, steps/s, ratio vs gym-anytrading), then one JSON line.
 """
 from __future__ import annotations
@@ -48,10 +51,10 @@ def _rate(step: Callable[[], int], seconds: float) -> float:
     return done / elapsed
 
 
-def bench_vector(n: int, seconds: float, market: str, data=None) -> float:
+def bench_vector(n: int, seconds: float, market: str, data=None, features: str | None = None) -> float:
     from envs import VectorTradingEnv
 
-    env = VectorTradingEnv(n, market=market, data=data)
+    env = VectorTradingEnv(n, market=market, data=data, features=features)
     env.reset(seed=0)
     actions = np.random.default_rng(0).integers(0, env.single_action_space.n, (4096, n))
     i = 0
@@ -79,6 +82,29 @@ def anytrading_history():
         path = os.path.join(tmp, "googl.csv")
         STOCKS_GOOGL.to_csv(path)
         return load_ohlcv(path)
+
+
+FEATURES = "f1,f2,f3,f4"
+
+
+def feature_history(bars: int = 20_000):
+    """A synthetic hourly random walk with four feature columns (``FEATURES``), read by our loader."""
+    import tempfile
+
+    import pandas as pd
+
+    from envs.data import load_ohlcv
+
+    rng = np.random.default_rng(0)
+    close = 100.0 * np.exp(np.cumsum(0.01 * rng.standard_normal(bars)))
+    open_ = np.r_[100.0, close[:-1]]
+    frame = pd.DataFrame({"Date": pd.date_range("2020-01-01", periods=bars, freq="h"), "Open": open_,
+                          "High": np.maximum(open_, close), "Low": np.minimum(open_, close), "Close": close,
+                          **{name: rng.standard_normal(bars) for name in FEATURES.split(",")}})
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "features.csv")
+        frame.to_csv(path, index=False)
+        return load_ohlcv(path, features=FEATURES.split(","))
 
 
 def _bench_single(env, seconds: float) -> float:
@@ -151,16 +177,26 @@ def main() -> None:
         rows.append(("VectorTradingEnv (stocks-v0 data)", n,
                      None if history is None else bench_vector(n, seconds, args.market, history)))
 
-    print(f"{'env':34s} {'N':>5s} {'steps/s':>12s} {'vs anytrading':>14s}")
+    featured = feature_history()  # the same bars without and with 4 feature columns in the observation
+    plain_rates: dict[int, float] = {}
+    for n in (1, 64, 1024):
+        plain_rates[n] = bench_vector(n, seconds, args.market, featured)
+        rows.append(("VectorTradingEnv (file, no features)", n, plain_rates[n]))
+        rate = bench_vector(n, seconds, args.market, featured, FEATURES)
+        rows.append(("VectorTradingEnv (file, 4 features)", n, rate))
+
+    print(f"{'env':38s} {'N':>5s} {'steps/s':>12s} {'vs anytrading':>14s} {'vs no features':>15s}")
     for name, n, rate in rows:
         if rate is None:
-            print(f"{name:34s} {n:5d} {'skipped':>12s} {'-':>14s}")
+            print(f"{name:38s} {n:5d} {'skipped':>12s} {'-':>14s}")
             continue
         ratio = f"{rate / anytrading:.1f}x" if anytrading else "-"
-        print(f"{name:34s} {n:5d} {rate:12,.0f} {ratio:>14s}")
+        versus = f"{rate / plain_rates[n]:.2f}x" if "4 features" in name else ""
+        print(f"{name:38s} {n:5d} {rate:12,.0f} {ratio:>14s} {versus:>15s}")
     record = {
         "seconds": seconds,
         "market": args.market,
+        "features_vs_none": {n: round(r / plain_rates[n], 3) for name, n, r in rows if "4 features" in name},
         "results": [
             {"env": name, "num_envs": n, "steps_per_s": None if rate is None else round(rate, 1),
              "ratio_vs_anytrading": None if rate is None or not anytrading else round(rate / anytrading, 2)}

@@ -26,8 +26,19 @@ score over that model rule's. Rules: ``bench/learning_baselines.py``.
     python bench/learning.py --set ent_coef=0.03 --set update_interval=512    # TrainConfig overrides
     python bench/learning.py --no-sb3 --seeds 6 --workers 1,2   # 1 worker against 2 gloo workers (~9 min)
 
-Markets: regime-1bp, regime-10bps, ou-10bps, regime-10bps-csv (fee as named,
+Markets: regime-1bp, regime-10bps, ou-10bps, regime-10bps-csv, signal-5bps (fee as named,
 slippage 0, every other EnvConfig field at its default).
+
+signal-5bps: the whole edge is in a column of the file (``write_signal_csv``): ``signal``
+is an AR(1) (lag-1 autocorrelation 0.9, unit variance), the next bar's log return is
+0.0015 x signal + 1 % noise, and ``noise`` is an independent AR(1) of the same law. The
+agent trains with default flags plus ``--features signal,noise`` on a 60k-bar file and is
+backtested on the 20k bars after it; beside it the same agent without ``--features``. The
+reference is the known-model rule: a hysteresis band on 0.0015 x signal (long above +b,
+short below -b, else hold), b tuned on the training file. Its score is the money made per
+bar, in bps of the starting cash (a continuous backtest trades a fixed number of units, so
+over 20k profitable bars equity grows by adding, and log growth per bar would understate
+every profitable policy by a different amount); bench/results/learning_signal.txt.
 
 Time: 12 training runs (9 x 131072 steps, 3 RecurrentPPO x 131072, the same budget) on ``--jobs 2``:
 205 s on 2 otherwise idle AMD EPYC cores (bench/results/learning.txt; 797 s on the previous, slower machine). The csv market is one continuous
@@ -78,8 +89,12 @@ MARKETS: dict[str, dict[str, Any]] = {
     "regime-1bp": {"market": "regime", "fee_bps": 1.0},
     "regime-10bps": {"market": "regime", "fee_bps": 10.0},
     "ou-10bps": {"market": "ou", "fee_bps": 10.0},
-    "regime-10bps-csv": {"market": "regime", "fee_bps": 10.0, "csv": True},
+    "regime-10bps-csv": {"market": "regime", "fee_bps": 10.0, "csv": "regime"},
+    # the edge is only in a feature column: see write_signal_csv
+    "signal-5bps": {"market": "gbm", "fee_bps": 5.0, "csv": "signal", "model": "signal",
+                    "features": "signal,noise", "additive": True},
 }
+SIGNAL_PHI, SIGNAL_EDGE, SIGNAL_NOISE = 0.9, 0.0015, 0.01  # AR(1) coefficient; next log return = EDGE s + NOISE e
 DEFAULT_MARKETS = "regime-1bp,regime-10bps,ou-10bps"
 EVAL_SEED = 0  # test paths: evaluation_seeds(EVAL_SEED, episodes), >= 2**64
 TUNE_EPISODES = 64  # per training env: the first 8 x 64 training paths of seed 1 tune the thresholds
@@ -89,7 +104,7 @@ SB3_STEPS, SB3_EPISODES = 16, 8  # n_steps per env, envs (128 transitions per up
 
 
 def env_config(name: str) -> EnvConfig:
-    spec = {k: v for k, v in MARKETS[name].items() if k != "csv"}
+    spec = {k: v for k, v in MARKETS[name].items() if k not in ("csv", "model", "additive")}
     return EnvConfig(slippage_bps=0.0, **spec)
 
 
@@ -110,6 +125,7 @@ class Paths:
     drift: Optional[np.ndarray]
     new_core: Any
     blocks: int = 1
+    additive: bool = False  # score by money made per bar (see additive_score), not by log growth
 
 
 def simulated_paths(env: EnvConfig, seeds: list[int], episodes_per_seed: int = 1) -> Paths:
@@ -132,7 +148,7 @@ def simulated_paths(env: EnvConfig, seeds: list[int], episodes_per_seed: int = 1
                  episodes_per_seed)
 
 
-def history_paths(env: EnvConfig, data: MarketData, drift: np.ndarray) -> Paths:
+def history_paths(env: EnvConfig, data: MarketData, drift: np.ndarray, additive: bool = False) -> Paths:
     """The whole file as one continuous episode (as ``backtest_history`` trades it)."""
     steps = len(data) - env.window - 1
     config = replace(env, episode_length=steps)
@@ -144,7 +160,7 @@ def history_paths(env: EnvConfig, data: MarketData, drift: np.ndarray) -> Paths:
 
     core = new_core()
     core.reset_rows(core.rows)
-    return Paths(config, core.open.copy(), core.close.copy(), drift[None, :], new_core)
+    return Paths(config, core.open.copy(), core.close.copy(), drift[None, :], new_core, additive=additive)
 
 
 def trade(paths: Paths, lots: np.ndarray) -> dict[str, float]:
@@ -160,15 +176,26 @@ def trade(paths: Paths, lots: np.ndarray) -> dict[str, float]:
         actions = (lots[k * n:(k + 1) * n] + offset).astype(np.int64)
         for j in range(L):
             core.step(actions[:, j])
-        log_growth += float(np.sum(np.log(np.maximum(core.ledger.equity, 1e-300) / env.initial_cash)))
+        if paths.additive:
+            log_growth += float(np.sum(core.ledger.equity / env.initial_cash - 1.0))
+        else:
+            log_growth += float(np.sum(np.log(np.maximum(core.ledger.equity, 1e-300) / env.initial_cash)))
     traded = float(np.abs(np.diff(lots, axis=1, prepend=0.0)).sum())
     return {"bps_per_bar": 1e4 * log_growth / (m * L), "turnover": 100.0 * traded / (m * L)}
 
 
-def score_backtest(result) -> dict[str, float]:
-    """Score and turnover (lots traded per 100 bars, episodes start flat) of a BacktestResult."""
+def score_backtest(result, additive: bool = False) -> dict[str, float]:
+    """Score and turnover (lots traded per 100 bars, episodes start flat) of a BacktestResult.
+
+    ``additive``: the money made per bar in bps of the starting cash, ``(equity[T] /
+    equity[0] - 1) / T`` (a continuous backtest trades a fixed number of units, so over a
+    long, profitable file its equity grows by adding, not compounding, and log growth per
+    bar shrinks as the file gets longer); else log growth per bar."""
     bars = result.bars
-    growth = math.log(max(result.equity[-1], 1e-300) / result.equity[0])
+    if additive:
+        growth = result.equity[-1] / result.equity[0] - 1.0
+    else:
+        growth = math.log(max(result.equity[-1], 1e-300) / result.equity[0])
     pos = result.position.astype(np.float64)
     L = result.episode_length or bars
     pos = pos.reshape(-1, L)
@@ -179,6 +206,8 @@ def score_backtest(result) -> dict[str, float]:
 def model_signal(paths: Paths, market: str) -> np.ndarray:
     env = paths.env
     W, L = env.window, env.episode_length
+    if market == "signal":  # the file's expected next-bar log return, EDGE x signal, known at each decision bar
+        return paths.drift[:, rules.decision_bars(W, L)]
     if market == "regime":
         d = DEFAULTS["regime"]
         return rules.regime_filter(paths.open, paths.close, W, L, d["persistence"], d["drift"], d["sigma"])
@@ -199,7 +228,7 @@ def best_threshold(paths: Paths, market: str) -> tuple[float, dict[str, float]]:
 
 def baselines(name: str, test: Paths, tune: Paths, seed: int = 0) -> dict[str, dict[str, float]]:
     env = test.env
-    market = env.market
+    market = MARKETS[name].get("model", env.market)
     W, L, K, short = env.window, env.episode_length, env.max_position, env.no_short
     m = test.close.shape[0]
     out = {
@@ -212,7 +241,7 @@ def baselines(name: str, test: Paths, tune: Paths, seed: int = 0) -> dict[str, d
     out[label] = trade(test, rules.hysteresis(model_signal(test, market), threshold / 1e4, K, short))
     out[label]["threshold_bps"] = threshold
     out[label]["tuning_grid"] = grid  # type: ignore[assignment]
-    if market == "regime":
+    if market == "regime" and test.drift is not None and name != "signal-5bps":
         out["regime oracle"] = trade(test, rules.regime_oracle(test.drift, W, L, K))
     return out
 
@@ -239,6 +268,38 @@ def write_regime_csv(directory: Path, seed: int) -> tuple[Path, Path, np.ndarray
     frame.iloc[:CSV_TRAIN_BARS].to_csv(train, index=False, float_format="%.12g")
     frame.iloc[CSV_TRAIN_BARS:].to_csv(test, index=False, float_format="%.12g")
     return train, test, drift[:CSV_TRAIN_BARS], drift[CSV_TRAIN_BARS:]
+
+
+def write_signal_csv(directory: Path, seed: int) -> tuple[Path, Path, np.ndarray, np.ndarray]:
+    """A market whose whole edge is in a column: ``signal`` is an AR(1) with lag-1
+    autocorrelation SIGNAL_PHI and unit variance, and bar t+1's log return (open at bar t's
+    close) is ``SIGNAL_EDGE * signal[t] + SIGNAL_NOISE * e``; ``noise`` is an independent
+    AR(1) of the same law, related to nothing. Hourly bars; the first CSV_TRAIN_BARS train,
+    the CSV_TEST_BARS after them test. Returns both paths and the expected next-bar log
+    return ``SIGNAL_EDGE * signal`` of every bar of each."""
+    bars = CSV_TRAIN_BARS + CSV_TEST_BARS
+    rng = np.random.default_rng([0x5349474E, seed])
+    shocks = rng.standard_normal((2, bars)) * math.sqrt(1.0 - SIGNAL_PHI ** 2)
+    ar = np.empty((2, bars))
+    ar[:, 0] = rng.standard_normal(2)  # the stationary law from the first bar
+    for t in range(1, bars):
+        ar[:, t] = SIGNAL_PHI * ar[:, t - 1] + shocks[:, t]
+    signal, noise = ar
+    logret = np.empty(bars)
+    logret[0] = 0.0
+    logret[1:] = SIGNAL_EDGE * signal[:-1] + SIGNAL_NOISE * rng.standard_normal(bars - 1)
+    close = 30.0 * np.exp(np.cumsum(logret))
+    open_ = np.concatenate(([close[0]], close[:-1]))
+    wick = np.abs(rng.standard_normal((2, bars))) * 0.002
+    time_index = pd.date_range("2001-01-01", periods=bars, freq="h")
+    frame = pd.DataFrame({"Date": time_index.strftime("%Y-%m-%d %H:%M:%S"), "Open": open_,
+                          "High": np.maximum(open_, close) * (1 + wick[0]), "Low": np.minimum(open_, close) * (1 - wick[1]),
+                          "Close": close, "Volume": 1000.0, "signal": signal, "noise": noise})
+    train, test = directory / "signal_train.csv", directory / "signal_test.csv"
+    frame.iloc[:CSV_TRAIN_BARS].to_csv(train, index=False, float_format="%.12g")
+    frame.iloc[CSV_TRAIN_BARS:].to_csv(test, index=False, float_format="%.12g")
+    expected = SIGNAL_EDGE * signal
+    return train, test, expected[:CSV_TRAIN_BARS], expected[CSV_TRAIN_BARS:]
 
 
 # ----------------------------------------------------------------------------- training jobs (child processes)
@@ -269,6 +330,8 @@ def train_ours(job: dict[str, Any]) -> dict[str, Any]:
     overrides = dict(job["overrides"])
     env_over = {k[4:]: overrides.pop(k) for k in list(overrides) if k.startswith("env.")}
     env = replace(env, **env_over)
+    if job.get("no_features"):
+        env = replace(env, features=None)
     episodes = max(8, job["steps"] // env.episode_length)
     with tempfile.TemporaryDirectory() as tmp:
         config = TrainConfig(episodes=episodes, seed=job["seed"], progress=False, log_file=os.path.join(tmp, "log"),
@@ -296,11 +359,11 @@ def train_ours(job: dict[str, Any]) -> dict[str, Any]:
         entropy = float(np.mean([float(r["entropy"]) for r in tail]))
     agent = agent.eval()
     if job.get("test_csv"):
-        data = load_ohlcv(job["test_csv"])
+        data = load_ohlcv(job["test_csv"], features=env.feature_names)
         result = backtest_history(agent, env, data)
     else:
         result = backtest_simulated(agent, env, job["episodes"], EVAL_SEED)
-    out = score_backtest(result)
+    out = score_backtest(result, additive=bool(job.get("additive")))
     out.update(seed=job["seed"], wall_s=wall, env_steps=env_steps, final_entropy=entropy, workers=workers)
     return out
 
@@ -314,7 +377,7 @@ def train_sb3(job: dict[str, Any]) -> dict[str, Any]:
     from envs.trading_env import TradingEnv
 
     env = env_config(job["market"])
-    data = load_ohlcv(job["train_csv"]) if job.get("train_csv") else None
+    data = load_ohlcv(job["train_csv"], features=env.feature_names) if job.get("train_csv") else None
     vec = make_vec_env(lambda: TradingEnv(env, data=data), n_envs=SB3_EPISODES, seed=job["seed"])
     model = RecurrentPPO("MlpLstmPolicy", vec, n_steps=SB3_STEPS, batch_size=SB3_EPISODES * SB3_STEPS // 4,
                          n_epochs=4, seed=job["seed"], device="cpu",
@@ -324,7 +387,7 @@ def train_sb3(job: dict[str, Any]) -> dict[str, Any]:
     model.learn(total_timesteps=job["steps"])
     wall = time.perf_counter() - start
     if job.get("test_csv"):
-        test = load_ohlcv(job["test_csv"])
+        test = load_ohlcv(job["test_csv"], features=env.feature_names)
         paths = history_paths(env, test, np.zeros(len(test)))
     else:
         paths = simulated_paths(env, evaluation_seeds(EVAL_SEED, job["episodes"]))
@@ -418,11 +481,16 @@ def main() -> None:
         setups[name] = {}
         common = {"market": name, "episodes": args.episodes}
         if MARKETS[name].get("csv"):
-            train_csv, test_csv, train_drift, test_drift = write_regime_csv(Path(tmpdir.name), EVAL_SEED)
-            common.update(train_csv=str(train_csv), test_csv=str(test_csv))
+            write = write_signal_csv if MARKETS[name]["csv"] == "signal" else write_regime_csv
+            train_csv, test_csv, train_drift, test_drift = write(Path(tmpdir.name), EVAL_SEED)
+            common.update(train_csv=str(train_csv), test_csv=str(test_csv),
+                          additive=bool(MARKETS[name].get("additive")))
             setups[name].update(train_drift=train_drift, test_drift=test_drift)
         jobs += [{**common, "kind": "ours", "seed": s, "steps": args.steps, "overrides": overrides, "workers": w}
                  for w in worker_counts for s in range(1, args.seeds + 1)]
+        if MARKETS[name].get("features"):  # the same agent blind to the columns
+            jobs += [{**common, "kind": "ours", "seed": s, "steps": args.steps, "overrides": overrides, "workers": 1,
+                      "no_features": True} for s in range(1, args.seeds + 1)]
         if sb3:
             jobs += [{**common, "kind": "sb3", "seed": s, "steps": args.sb3_steps, "overrides": {}}
                      for s in range(1, args.sb3_seeds + 1)]
@@ -435,8 +503,12 @@ def main() -> None:
             env = env_config(name)
             if MARKETS[name].get("csv"):
                 job = next(j for j in jobs if j["market"] == name)
-                test = history_paths(env, load_ohlcv(job["test_csv"]), setups[name]["test_drift"])
-                tune = history_paths(env, load_ohlcv(job["train_csv"]), setups[name]["train_drift"])
+                features = env.feature_names
+                additive = bool(MARKETS[name].get("additive"))
+                test = history_paths(env, load_ohlcv(job["test_csv"], features=features), setups[name]["test_drift"],
+                                     additive)
+                tune = history_paths(env, load_ohlcv(job["train_csv"], features=features),
+                                     setups[name]["train_drift"], additive)
             else:
                 test = simulated_paths(env, evaluation_seeds(EVAL_SEED, args.episodes))
                 tune = simulated_paths(env, env_seeds(1, 0, 8), TUNE_EPISODES)
@@ -457,9 +529,12 @@ def main() -> None:
         by_workers: dict[int, dict[str, Any]] = {}
         for workers in worker_counts:
             ours = sorted((d["result"] for d in done if d["market"] == name and d["kind"] == "ours"
-                           and d.get("workers", 1) == workers), key=lambda r: r["seed"])
+                           and d.get("workers", 1) == workers and not d.get("no_features")),
+                          key=lambda r: r["seed"])
             scores = [r["bps_per_bar"] for r in ours]
             label = "ppo-lstm-trader" + (f", {workers} workers," if workers > 1 else "")
+            if MARKETS[name].get("features"):
+                label += f" --features {MARKETS[name]['features']}"
             rows[f"{label} mean of {len(ours)}"] = {
                 "bps_per_bar": float(np.mean(scores)), "turnover": float(np.mean([r["turnover"] for r in ours])),
                 "note": f"{args.steps} steps/seed, entropy at end {np.mean([r['final_entropy'] for r in ours]):.2f}"}
@@ -471,6 +546,13 @@ def main() -> None:
                     "bps_per_bar": r["bps_per_bar"], "turnover": r["turnover"],
                     "note": f"entropy {r['final_entropy']:.2f}, train {r['wall_s']:.0f}s"}
             by_workers[workers] = {"scores": scores, "worst": worst["bps_per_bar"], "per_seed": ours}
+        blind = sorted((d["result"] for d in done if d["market"] == name and d.get("no_features")),
+                       key=lambda r: r["seed"])
+        if blind:
+            rows[f"ppo-lstm-trader without --features mean of {len(blind)}"] = {
+                "bps_per_bar": float(np.mean([r["bps_per_bar"] for r in blind])),
+                "turnover": float(np.mean([r["turnover"] for r in blind])),
+                "note": f"{args.steps} steps/seed; seeds {', '.join(format(r['bps_per_bar'], '.3f') for r in blind)}"}
         if theirs:
             rows[f"RecurrentPPO mean of {len(theirs)}"] = {
                 "bps_per_bar": float(np.mean([r["bps_per_bar"] for r in theirs])),
@@ -485,13 +567,16 @@ def main() -> None:
             "reference": ref_label, "reference_bps": ref, "rows": rows,
             **_shares(by_workers[worker_counts[0]], ref), "ours_per_seed": by_workers[worker_counts[0]]["per_seed"],
             "by_workers": {w: {**_shares(b, ref), "per_seed": b["per_seed"]} for w, b in by_workers.items()},
-            "sb3_per_seed": theirs,
+            "sb3_per_seed": theirs, "without_features_per_seed": blind,
             "threshold_grid_bps": base[ref_label]["tuning_grid"]}
     report["wall_s"] = time.perf_counter() - start
     tmpdir.cleanup()
     print_table(report)
     print(f"wall time {report['wall_s']:.0f}s; score = mean net log return per bar (bps) on held-out bars; "
           f"turnover = lots traded per 100 bars")
+    for name in names:
+        if MARKETS[name].get("additive"):
+            print(f"{name}: score = money made per bar in bps of the starting cash, not log growth (score_backtest)")
     line = json.dumps(report, default=float)
     print(line)
     if args.json_out:

@@ -7,7 +7,9 @@ the command-line flags are generated from these fields, their defaults and the
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Optional
+
+from envs.features import parse_feature_names
 
 MARKETS: tuple[str, ...] = ("gbm", "ou", "regime", "jump", "garch", "mixed")
 
@@ -30,6 +32,11 @@ class EnvConfig:
     reward_scale: float = field(
         default=100.0, metadata={"help": "reward = change in equity / initial cash * this (100: percent)"}
     )
+    features: Optional[str] = field(
+        default=None,
+        metadata={"help": "COL[,COL...]: numeric columns of --data (any case) added to the observation, each as a "
+                          "causal rolling z-score, clipped (docs/data.md); leading NaN rows (a warm-up) are allowed"},
+    )
 
     @property
     def num_actions(self) -> int:
@@ -37,9 +44,14 @@ class EnvConfig:
         return self.max_position + 1 if self.no_short else 2 * self.max_position + 1
 
     @property
+    def feature_names(self) -> tuple[str, ...]:
+        """The ``--features`` columns, in order (``()`` without features)."""
+        return parse_feature_names(self.features)
+
+    @property
     def obs_dim(self) -> int:
-        """Observation length: window returns + position, unrealised PnL, time in position."""
-        return self.window + 3
+        """Observation length: window returns + position, unrealised PnL, time in position + features."""
+        return self.window + 3 + len(self.feature_names)
 
     def validate(self) -> None:
         """Raise ValueError with a one-line, fix-it message for an impossible setting."""
@@ -57,6 +69,7 @@ class EnvConfig:
             raise ValueError(f"--initial-cash must be > 0, got {self.initial_cash}")
         if not self.reward_scale > 0:
             raise ValueError(f"--reward-scale must be > 0, got {self.reward_scale}")
+        parse_feature_names(self.features)
 
 
 def make_config(config: EnvConfig | None, overrides: dict[str, Any]) -> EnvConfig:

@@ -38,10 +38,14 @@ class TradingCore:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
         if span is not None and data is None:
             raise ValueError("span selects bars of historical data; pass data too")
+        if config.feature_names and data is None:
+            raise ValueError(f"features {config.features!r} are columns of a data file; a simulated market has "
+                             f"none: pass data (--data)")
         self.n, self.config, self.L = num_envs, config, config.episode_length
         self.observer = Observer(num_envs, config, time_scale)
         self.market: Market = (SimulatedMarket(num_envs, config, self.observer.z) if data is None
-                               else HistoricalMarket(num_envs, config, self.observer.z, data, span))
+                               else HistoricalMarket(num_envs, config, self.observer.z, data, span,
+                                                     self.observer.feat))
         self.ledger = Ledger(num_envs, config)
         self.rngs: list[np.random.Generator | None] = [None] * num_envs
         self._drawn_by: list[np.random.Generator | None] = [None] * num_envs  # what the market drew ahead from
@@ -104,7 +108,7 @@ class TradingCore:
         return reward, terminated, truncated
 
     def observe(self, rows: np.ndarray | None = None) -> np.ndarray:
-        """Observations [len(rows), W+3] float32 at each env's current bar (all envs if None)."""
+        """Observations [len(rows), W+3+F] float32 at each env's current bar (all envs if None)."""
         return self.observer.observe(self.ledger, self.t, self._t0, rows)
 
     def episode_stats(self, rows: np.ndarray | slice) -> dict[str, np.ndarray]:

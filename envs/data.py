@@ -55,13 +55,15 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
 from envs.data_checks import _adjust, _check_ohlc, _check_positive, _check_scaled, _first_bad, _numeric
-from envs.data_context import DataError, _Ctx
+from envs.data_context import DataError, _Ctx, _more
 from envs.data_time import _parse_time
+from envs.features import first_defined_bar
 
 __all__ = ["DataError", "MarketData", "load_ohlcv", "date_span"]
 
@@ -82,9 +84,21 @@ class MarketData:
     close: np.ndarray
     volume: np.ndarray
     bar_seconds: float
+    feature_names: tuple[str, ...] = ()  # the --features columns, as the file names them
+    features: Optional[np.ndarray] = None  # [n, F] float64 raw values; NaN only in a column's warm-up rows
 
     def __len__(self) -> int:
         return int(self.close.shape[0])
+
+    @property
+    def first_defined(self) -> int:
+        """The first bar where every feature is defined (0 without features)."""
+        return first_defined_bar(self.features)
+
+    @property
+    def name(self) -> str:
+        """The file's name without its folder (an instrument's label in reports)."""
+        return os.path.basename(self.source)
 
     @property
     def periods_per_year(self) -> float:
@@ -197,13 +211,16 @@ def _time_column(ctx: _Ctx, frame: pd.DataFrame) -> tuple[str, pd.Series]:
 
 # ----------------------------------------------------------------------------- entry point
 
-def load_ohlcv(path: str | os.PathLike, date_format: str | None = None, min_rows: int = 2) -> MarketData:
+def load_ohlcv(path: str | os.PathLike, date_format: str | None = None, min_rows: int = 2,
+               features: Sequence[str] = ()) -> MarketData:
     """Load and validate an OHLCV file; bars come back oldest first.
 
     The rules are in the module docstrings: this one, ``envs.data_time`` and ``envs.data_checks``.
 
     ``date_format`` forces a strftime format for string timestamps (``--date-format``).
     ``min_rows`` is the fewest bars the caller can use (window + episode length + 1); at least 2.
+    ``features``: names of extra numeric columns to keep (``--features``; see
+    :func:`_feature_columns` for the rules), in ``MarketData.features``.
     Raises ``DataError`` (a ``ValueError``) with a one-line message for any problem.
     """
     source = os.fspath(path)
@@ -287,6 +304,7 @@ def load_ohlcv(path: str | os.PathLike, date_format: str | None = None, min_rows
             + "; delete one of the rows"
         )
 
+    feature_values = _feature_columns(ctx, frame, features, order) if features else None
     bar_seconds = float(np.median(np.diff(ns_sorted))) / 1e9
     return MarketData(
         source=source,
@@ -297,7 +315,49 @@ def load_ohlcv(path: str | os.PathLike, date_format: str | None = None, min_rows
         close=px["close"][order],
         volume=volume[order].astype(np.float64),
         bar_seconds=bar_seconds,
+        feature_names=tuple(str(f) for f in features) if features else (),
+        features=feature_values,
     )
+
+
+def _feature_columns(ctx: _Ctx, frame: pd.DataFrame, names: Sequence[str], order: np.ndarray) -> np.ndarray:
+    """The ``--features`` columns ``[n, F]`` float64 in time order (``order``: the sort).
+
+    A name matches a column case-insensitively (failing that, ignoring spaces, ``_``,
+    ``-`` and ``.``). In time order, a column may start with missing values (NaN or
+    blank: an indicator's warm-up); after its first value every row must hold a finite
+    number. Text, inf, or a gap after the warm-up is a ``DataError`` naming the file,
+    the column and the row (the row as in the file).
+    """
+    columns = list(frame.columns)
+    out = np.empty((len(frame), len(names)))
+    for j, name in enumerate(names):
+        hits = [c for c in columns if c.lower() == str(name).lower()]
+        if not hits:
+            hits = [c for c in columns if _norm(c) == _norm(name)]
+        if len(hits) != 1:
+            if hits:
+                raise ctx.fail(f"columns {' and '.join(map(repr, hits))} both match feature {name!r}; "
+                               f"rename one of them")
+            raise ctx.fail(f"has no feature column {name!r} (--features); columns found: "
+                           f"{', '.join(map(repr, columns))}; add the column or drop it from --features")
+        col = hits[0]
+        values = _numeric(ctx, col, frame[col])[order]
+        missing = np.isnan(values)
+        start = int(np.argmax(~missing)) if (~missing).any() else len(values)
+        if start == len(values):
+            raise ctx.fail(f"feature column '{col}' holds no values (all missing); fill it or drop it from --features")
+        bad = ~np.isfinite(values)
+        bad[:start] = np.isinf(values[:start])
+        if bad.any():
+            i = int(np.argmax(bad))
+            what = "missing value (NaN)" if np.isnan(values[i]) else "infinite value"
+            raise ctx.fail(
+                f"{what} in feature column '{col}' at {ctx.row(int(order[i]))}{_more(bad)}, after the column's "
+                f"first value at {ctx.row(int(order[start]))}; only leading rows (a warm-up) may be missing; "
+                f"fill or delete that row")
+        out[:, j] = values
+    return out
 
 
 # ----------------------------------------------------------------------------- date slices

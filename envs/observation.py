@@ -1,6 +1,7 @@
 """Observations: the normalised-return window and the position, PnL and time features.
 
-Observation at bar ``t`` (decision ``j = t - W``), [W+3] float32:
+Observation at bar ``t`` (decision ``j = t - W``), [W+3+F] float32 (F: the ``--features``
+columns, 0 without them):
 
 * ``[0:W]``  log returns of close for bars ``t-W+1..t``, each divided by the RMS
   of the ``W`` returns ending at that bar (for an episode's first ``W`` bars: of
@@ -20,7 +21,8 @@ Observation at bar ``t`` (decision ``j = t - W``), [W+3] float32:
 
 The markets write each episode's normalised returns into ``Observer.z`` ([N, W+L],
 ``z[:, b-1]`` is bar ``b``) with the two functions here; the observer cuts the
-windows and adds the ledger's features.
+windows and adds the ledger's features. A historical market also writes each episode's
+normalised feature columns at its decision bars into ``Observer.feat`` ([N, L+1, F]).
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from envs.accumulate import accumulate_time
 from envs.config import EnvConfig
+from envs.features import FEATURE_CLIP
 
 if TYPE_CHECKING:
     from envs.ledger import Ledger
@@ -43,10 +46,11 @@ _TINY = 1e-12  # floor of the RMS
 
 
 def observation_space(config: EnvConfig) -> gym.spaces.Box:
-    """Box [W+3] float32 with the bounds of the layout above."""
-    w = config.window
-    low = np.concatenate([np.full(w, -RETURN_CLIP), [-1.0, -UPNL_CLIP, 0.0]]).astype(np.float32)
-    high = np.concatenate([np.full(w, RETURN_CLIP), [1.0, UPNL_CLIP, 1.0]]).astype(np.float32)
+    """Box [W+3+F] float32 with the bounds of the layout above."""
+    w, f = config.window, len(config.feature_names)
+    low = np.concatenate([np.full(w, -RETURN_CLIP), [-1.0, -UPNL_CLIP, 0.0], np.full(f, -FEATURE_CLIP)])
+    high = np.concatenate([np.full(w, RETURN_CLIP), [1.0, UPNL_CLIP, 1.0], np.full(f, FEATURE_CLIP)])
+    low, high = low.astype(np.float32), high.astype(np.float32)
     return gym.spaces.Box(low, high, dtype=np.float32)
 
 
@@ -96,7 +100,7 @@ def normalise_paths(r: np.ndarray, window: int, csum: np.ndarray, ms: np.ndarray
 
 
 class Observer:
-    """Builds the observations [m, W+3] of N envs from ``z`` and a ledger."""
+    """Builds the observations [m, W+3+F] of N envs from ``z``, ``feat`` and a ledger."""
 
     def __init__(self, num_envs: int, config: EnvConfig, time_scale: int | None = None) -> None:
         n, W, L = num_envs, config.window, config.episode_length
@@ -111,10 +115,12 @@ class Observer:
         self.z_win = sliding_window_view(self.z, W, axis=1)  # [N, L+1, W] view: the windows
         self._rows = np.arange(n)
         self._win_item = np.dtype(f"V{4 * W}")  # one window as a raw item: one memcpy-like move per env
-        self._feat = np.empty((3, n))  # columns W.. in float64, then one cast copy
+        self._feat = np.empty((3, n))  # columns W..W+2 in float64, then one cast copy
+        self.F = len(config.feature_names)
+        self.feat = np.zeros((n, L + 1, self.F), np.float32)  # [N, L+1, F]: decision j's features at [:, j]
 
     def observe(self, ledger: Ledger, t: np.ndarray, t0: int, rows: np.ndarray | None = None) -> np.ndarray:
-        """Observations [m, W+3] float32 of envs ``rows`` (all if None) after ``t`` [N] decisions.
+        """Observations [m, W+3+F] float32 of envs ``rows`` (all if None) after ``t`` [N] decisions.
 
         While all envs are in step (``t0``: their common ``t``; -1 otherwise) the windows
         are one slice of ``z``, not a gather.
@@ -127,7 +133,7 @@ class Observer:
             pos, held = ledger.pos[rows], ledger.held[rows]
             window = self.z_win[rows, t[rows]]
         m = len(pos)
-        obs = np.empty((m, W + 3), np.float32)
+        obs = np.empty((m, W + 3 + self.F), np.float32)
         np.copyto(obs[:, :W].view(self._win_item), window.view(self._win_item))
         f = self._feat[:, :m] if m <= self.n else np.empty((3, m))  # [3, m] float64
         if self.K == 1:
@@ -141,5 +147,10 @@ class Observer:
         np.multiply(held, self.per_bar_held, out=f[2])
         if self.clip_time:
             np.minimum(f[2], 1.0, out=f[2])
-        obs[:, W:] = f.T
+        obs[:, W:W + 3] = f.T
+        if self.F:
+            if rows is None:
+                obs[:, W + 3:] = self.feat[:, t0] if t0 >= 0 else self.feat[self._rows, t]
+            else:
+                obs[:, W + 3:] = self.feat[rows, t[rows]]
         return obs

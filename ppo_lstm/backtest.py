@@ -101,6 +101,10 @@ def backtest_history(agent: RecurrentActorCritic, env_config: EnvConfig, data: M
                      device: torch.device | str = "cpu") -> BacktestResult:
     """The agent on ``data``'s bars ``start..end-1`` as one continuous episode, beside buy-and-hold.
 
+    With features, ``data`` must carry them (``load_ohlcv(..., features=...)``) and the
+    first decision is at or after the first bar where every one is defined: ``start``
+    moves later when needed.
+
     ``env_config`` is the training env's (its ``episode_length`` is the time feature's
     scale); its costs and sizes are used as they are. ``greedy`` takes the most likely
     action, else actions are sampled from a generator seeded by ``seed``. Trading starts
@@ -111,6 +115,12 @@ def backtest_history(agent: RecurrentActorCritic, env_config: EnvConfig, data: M
     if not 0 <= start < end <= len(data):
         raise ValueError(f"bars {start}..{end - 1} are not within the data's 0..{len(data) - 1}")
     W = env_config.window
+    if env_config.feature_names and data.first_defined - W > start:
+        start = data.first_defined - W  # the first decision reads defined features
+        if end - start < W + 2:
+            raise ValueError(f"every feature is defined from bar {data.first_defined + 1} of the data on, which "
+                             f"leaves {max(0, end - data.first_defined)} bars to backtest; it needs at least 2 "
+                             f"(the first decision bar and one bar to trade)")
     steps = end - start - W - 1
     if steps < 1:
         raise ValueError(f"{end - start} bars selected; a backtest needs at least window + 2 = {W + 2} "

@@ -17,7 +17,7 @@ import sys
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from envs.config import EnvConfig
 
@@ -61,7 +61,9 @@ class TrainConfig:
     deterministic: bool = _f(True, RUN, "GPU workers use deterministic cuDNN and cuBLAS algorithms, so ranks that run "
                                         "the same update stay bitwise equal (--no-deterministic: torch's defaults); "
                                         "CPU runs are deterministic either way", launch=True)
-    data: Optional[str] = _f(None, RUN, "OHLCV history (CSV or Parquet) for rank 0 (default: a simulated market)")
+    data: Optional[Union[str, list[str]]] = _f(
+        None, RUN, "OHLCV history for rank 0: one or more files (CSV, CSV.gz, Parquet) or directories of them, each "
+                   "file one instrument (docs/data.md; default: a simulated market)", nargs="+", metavar="PATH")
     date_format: Optional[str] = _f(None, RUN, "strftime format of the data's time column (default: detected)")
     data_all_ranks: bool = _f(False, RUN, "trade --data on every rank (at different random windows)")
     data_start: Optional[str] = _f(None, RUN, "first bar of --data to use, a date (inclusive; default: the first)")
@@ -165,7 +167,9 @@ def _add_field(group: Any, f: dataclasses.Field, hint: Any, dest: str) -> None:
     elif "choices" in meta:
         kwargs.update(type=kind, choices=meta["choices"])
     else:
-        kwargs.update(type=kind, metavar=f.name.upper())
+        kwargs.update(type=kind, metavar=meta.get("metavar", f.name.upper()))
+    if "nargs" in meta:
+        kwargs["nargs"] = meta["nargs"]
     group.add_argument(_flag(f.name), *meta.get("aliases", ()), **kwargs)
 
 
@@ -222,6 +226,8 @@ def parse_command_line(argv: Optional[list[str]] = None, prog: Optional[str] = N
     flag exits 2 in one line; a bad config file raises :class:`UsageError`."""
     parsed: ParsedArgs = parse_args(build_parser(prog), argv)
     values = vars(parsed.namespace)
+    if isinstance(values.get("data"), list) and len(values["data"]) == 1:
+        values["data"] = values["data"][0]  # one path: the plain string, as runs have always stored it
     env = EnvConfig(**{k[4:]: v for k, v in values.items() if k.startswith("env.")})
     config = TrainConfig(env=env, **{k: v for k, v in values.items() if not k.startswith("env.")})
     return CommandLine(config, parsed.given, parsed.print_config, parsed.describe())
@@ -334,6 +340,9 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
         for name in ("data_start", "data_end"):
             if getattr(config, name) is not None:
                 raise UsageError(f"{_flag(name)} selects bars of --data; pass --data too")
+        if config.env.features:
+            raise UsageError(f"--features {config.env.features} names columns of --data, and a simulated market has "
+                             f"no feature columns; pass --data too, or drop --features")
     if config.master_port is not None and not 0 < config.master_port < 65536:
         raise UsageError(f"--master-port must be within 1..65535, got {config.master_port}")
     try:

@@ -260,6 +260,8 @@ def _convert(action: argparse.Action, key: Any, value: Any, where: str) -> Any:
             raise UsageError(f"{where}: '{key}' takes true or false, got {_shown(value)}")
         return value if _is_paired_switch(action) else (action.const if value else not action.const)
     if action.nargs in ("+", "*") or isinstance(action.nargs, int):
+        if value is None:
+            return _convert_one(action, key, value, where)  # null: the default, where that is none
         items = value if isinstance(value, list) else [value]
         if action.nargs == "+" and not items:
             raise UsageError(f"{where}: '{key}' needs at least one value")

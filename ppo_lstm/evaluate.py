@@ -27,6 +27,7 @@ import torch
 
 from envs.config import EnvConfig
 from envs.data import DataError, MarketData, date_span, load_ohlcv
+from envs.instruments import data_paths, instrument_name
 from envs.vector import VectorTradingEnv
 
 from .agent import RecurrentActorCritic
@@ -36,7 +37,8 @@ from .config import TrainConfig
 from .config_file import add_config_options, dump_settings, parse_args
 from .errors import EXIT_USAGE, UsageError, one_line
 from .logger import EpisodeTotals, episode_records
-from .report import format_table, plot, report_dict, write_equity_csv
+from .report import (format_instruments_table, format_table, instruments_dict, plot, report_dict, write_equity_csv,
+                     write_instruments_csv)
 
 DEFAULT_EPISODES = 100
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -95,8 +97,10 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", required=True, type=Path, metavar="PATH",
                         help="a .pt file, or a checkpoint dir (its best.pt, else the checkpoint 'latest' names)")
     where = parser.add_argument_group("market: a data file, or the checkpoint's simulated market")
-    where.add_argument("--data", type=Path, metavar="PATH",
-                       help="OHLCV history (CSV or Parquet), traded as one continuous episode")
+    where.add_argument("--data", type=Path, metavar="PATH", nargs="+",
+                       help="OHLCV history (CSV, CSV.gz or Parquet), traded as one continuous episode; several files "
+                            "(or directories of them) are several instruments, each backtested on its own and "
+                            "reported in one row, beside an equal-weight mean row")
     where.add_argument("--start", metavar="DATE", help="with --data: first bar of the slice (inclusive)")
     where.add_argument("--end", metavar="DATE", help="with --data: last bar of the slice (inclusive; a date "
                        "without a time of day includes that whole day)")
@@ -118,9 +122,11 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     out = parser.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     out.add_argument("--equity-csv", type=Path, metavar="PATH",
-                     help="write time,close,position,equity,buy_and_hold_equity, one row per bar")
+                     help="write time,close,position,equity,buy_and_hold_equity, one row per bar (several "
+                          "instruments: one file, an instrument column first, each instrument's rows in turn)")
     out.add_argument("--plot", type=Path, metavar="PNG", help="draw price with trades, equity and drawdown "
-                     "(needs matplotlib: the 'plot' extra)")
+                     "(needs matplotlib: the 'plot' extra; several instruments: one PNG each, named "
+                     "<PNG stem>-<instrument file stem>.png)")
     return parser
 
 
@@ -211,7 +217,8 @@ def load_policy(path: str | os.PathLike, device: torch.device | str = "cpu") -> 
         raise UsageError(
             f"{path}: the model does not match the checkpoint's settings (--hidden-size {config.hidden_size} "
             f"--lstm-size {config.lstm_size} --window {config.env.window} --max-position "
-            f"{config.env.max_position}{' --no-short' if config.env.no_short else ''}): {one_line(err)}") from None
+            f"{config.env.max_position}{' --no-short' if config.env.no_short else ''}"
+            f"{f' --features {config.env.features}' if config.env.features else ''}): {one_line(err)}") from None
     return agent.to(device), config
 
 
@@ -230,13 +237,20 @@ def env_for_evaluation(config: TrainConfig, args: argparse.Namespace) -> EnvConf
     return env
 
 
-def load_slice(args: argparse.Namespace, window: int) -> tuple[MarketData, int, int]:
-    """The --data file and the bars ``lo..hi-1`` of --start/--end; UsageError when unusable."""
+def load_slice(args: argparse.Namespace, window: int,
+               features: tuple[str, ...] = ()) -> tuple[MarketData, int, int]:
+    """The --data file (with the checkpoint's ``features`` columns) and the bars ``lo..hi-1``
+    of --start/--end; UsageError when unusable."""
     try:
-        data = load_ohlcv(args.data, args.date_format)
+        data = load_ohlcv(args.data, args.date_format, features=features)
         lo, hi = date_span(data, args.start, args.end)
     except DataError as err:
         raise UsageError(str(err)) from None
+    if features and hi - max(lo, data.first_defined - window) < window + 2:
+        raise UsageError(f"{args.data}: every feature ({', '.join(features)}) is defined from "
+                         f"{data.timestamps[data.first_defined]} on, which leaves "
+                         f"{max(0, hi - data.first_defined)} bars of the slice to decide and trade on; a backtest "
+                         f"needs at least 2; widen --start/--end or use a longer file")
     if hi - lo < window + 2:
         chosen = "--start/--end select" if args.start or args.end else "the file has"
         raise UsageError(f"{args.data}: {chosen} {hi - lo} bars; a backtest needs at least window + 2 = "
@@ -253,13 +267,43 @@ def run(args: argparse.Namespace) -> tuple[BacktestResult, str]:
     env = env_for_evaluation(config, args)
     actions = "sampled actions" if args.sample else "greedy actions"
     if args.data is not None:
-        data, lo, hi = load_slice(args, env.window)
+        data, lo, hi = load_slice(args, env.window, env.feature_names)
         result = backtest_history(agent, env, data, lo, hi, greedy=not args.sample, seed=args.seed, device=device)
         return result, f"Backtest of {path} on {args.data} ({actions})"
+    if env.features:
+        raise UsageError(f"{path} was trained with --features {env.features}, columns of a data file; a simulated "
+                         f"market has none: pass --data with a file holding those columns")
     episodes = DEFAULT_EPISODES if args.episodes is None else args.episodes
     result = backtest_simulated(agent, env, episodes, args.seed, greedy=not args.sample, device=device)
     return result, (f"Backtest of {path} on {episodes} simulated '{env.market}' episodes of "
                     f"{env.episode_length} bars, seed {args.seed} ({actions})")
+
+
+def run_several(args: argparse.Namespace, files: list[str]) -> tuple[dict[str, BacktestResult], str]:
+    """The backtest of each instrument (the same checkpoint, slice dates and costs), by name."""
+    check_args(args)
+    device = resolve_device(args.device)
+    path = checkpoint_file(args.checkpoint)
+    agent, config = load_policy(path, device)
+    env = env_for_evaluation(config, args)
+    results = {}
+    for file in files:
+        one = argparse.Namespace(**{**vars(args), "data": Path(file)})
+        data, lo, hi = load_slice(one, env.window, env.feature_names)
+        results[instrument_name(file)] = backtest_history(agent, env, data, lo, hi, greedy=not args.sample,
+                                                          seed=args.seed, device=device)
+    actions = "sampled actions" if args.sample else "greedy actions"
+    return results, f"Backtest of {path} on {len(files)} instruments ({actions})"
+
+
+def plot_path(base: Path, name: str) -> Path:
+    """Where --plot draws one of several instruments: ``<stem>-<instrument stem>.png`` beside ``base``."""
+    stem = name
+    for suffix in (".csv.gz", ".csv", ".parquet", ".pq"):
+        if stem.lower().endswith(suffix):
+            stem = stem[: -len(suffix)]
+            break
+    return base.with_name(f"{base.stem}-{stem}{base.suffix or '.png'}")
 
 
 def default_prog() -> Optional[str]:
@@ -282,6 +326,14 @@ def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
     if note is not None:  # --json keeps stdout one JSON object
         print(note, file=sys.stderr if args.json else sys.stdout)
     try:
+        if args.data is not None:
+            try:
+                files = data_paths(args.data)
+            except DataError as err:
+                raise UsageError(str(err)) from None
+            if len(files) > 1:
+                return _report_several(args, files)
+            args.data = args.data[0] if Path(files[0]) == args.data[0] else Path(files[0])
         result, title = run(args)
         if args.json:
             print(json.dumps(report_dict(result), allow_nan=False))
@@ -299,6 +351,26 @@ def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
         sys.stdout.flush()
         print(f"error: {_plain(str(err))}", file=sys.stderr)
         return EXIT_USAGE
+    return 0
+
+
+def _report_several(args: argparse.Namespace, files: list[str]) -> int:
+    """main()'s outputs for several instruments (UsageError propagates to main)."""
+    results, title = run_several(args, files)
+    if args.json:
+        print(json.dumps(instruments_dict(results), allow_nan=False))
+    else:
+        print(format_instruments_table(results, title))
+    if args.equity_csv is not None:
+        write_instruments_csv(results, args.equity_csv)
+        if not args.json:
+            print(f"equity curves: {args.equity_csv}")
+    if args.plot is not None:
+        for name, result in results.items():
+            out = plot_path(args.plot, name)
+            plot(result, f"{title}: {name}", out)
+            if not args.json:
+                print(f"plot: {out}")
     return 0
 
 

@@ -109,12 +109,15 @@ class RunLogger:
     """Writes rank 0's console lines, ``training.log``, ``metrics.csv`` and TensorBoard."""
 
     def __init__(self, log_file: str, metrics_file: Path, total_episodes: int, done_episodes: int,
-                 progress: bool, tensorboard_dir: Optional[Path] = None, console: TextIO = sys.stdout) -> None:
+                 progress: bool, tensorboard_dir: Optional[Path] = None, console: TextIO = sys.stdout,
+                 extra_columns: tuple[str, ...] = ()) -> None:
+        """``extra_columns``: metrics.csv columns after :data:`METRIC_COLUMNS` (per-instrument
+        hold-out figures) in a new file."""
         self.console = console
         self._log = open(log_file, "a", buffering=1, encoding="utf-8")  # line-buffered: tail -f friendly
         metrics_file.parent.mkdir(parents=True, exist_ok=True)
         new_metrics = not metrics_file.exists() or metrics_file.stat().st_size == 0
-        columns = METRIC_COLUMNS if new_metrics else upgrade_metrics_header(metrics_file)
+        columns = METRIC_COLUMNS + extra_columns if new_metrics else upgrade_metrics_header(metrics_file)
         self._metrics = open(metrics_file, "a", newline="", encoding="utf-8")
         self._csv = csv.DictWriter(self._metrics, fieldnames=columns)
         if new_metrics:
@@ -143,7 +146,7 @@ class RunLogger:
 
     def metrics(self, row: dict[str, Any]) -> None:
         """Append one row per update to metrics.csv (and TensorBoard)."""
-        self._csv.writerow({key: row.get(key, "") for key in METRIC_COLUMNS})
+        self._csv.writerow({key: row.get(key, "") for key in self._csv.fieldnames})
         self._metrics.flush()
         if self._tb is not None:
             for key, value in row.items():

@@ -49,6 +49,73 @@ def report_dict(result: BacktestResult) -> dict[str, Any]:
     }
 
 
+def mean_report(results: dict[str, BacktestResult]) -> dict[str, Any]:
+    """The equal-weight mean over instruments: ``instruments`` (their count), ``agent`` and
+    ``buy_and_hold`` (each figure's mean over the instruments where it is defined; None where
+    it is defined for none)."""
+    out: dict[str, Any] = {"instruments": len(results)}
+    for side in ("agent", "buy_and_hold"):
+        figures = [getattr(r, side).as_dict() for r in results.values()]
+        means: dict[str, Optional[float]] = {}
+        for key in figures[0]:
+            values = [float(f[key]) for f in figures if f[key] is not None]
+            means[key] = sum(values) / len(values) if values else None
+        out[side] = means
+    return out
+
+
+def instruments_dict(results: dict[str, BacktestResult]) -> dict[str, Any]:
+    """The JSON object of several instruments: ``{"instruments": {name: report_dict}, "mean": mean_report}``."""
+    return {"instruments": {name: report_dict(r) for name, r in results.items()}, "mean": mean_report(results)}
+
+
+# (metric key, column label, format) of the several-instruments table, agent and buy-and-hold side by side
+INSTRUMENT_COLUMNS = (
+    ("total_return_pct", "return %", "{:.2f}"),
+    ("sharpe", "Sharpe", "{:.2f}"),
+    ("max_drawdown_pct", "max DD %", "{:.2f}"),
+)
+
+
+def format_instruments_table(results: dict[str, BacktestResult], title: str) -> str:
+    """The report of several instruments: one row per instrument (its bars, period and bars/year,
+    the agent's figures beside buy-and-hold's, the agent's trades and exposure), then the
+    equal-weight mean row."""
+    first = next(iter(results.values()))
+    lines = [title, f"  fee {first.fee_bps:g} bps, slippage {first.slippage_bps:g} bps; final positions marked to "
+                    f"market at the last close (no exit costs); each instrument annualised at its own bars/year", ""]
+    name_width = max(10, *(len(n) for n in results))
+    head = f"  {'instrument':<{name_width}}  {'bars':>6}  {'from':<10}  {'to':<10}  {'bars/yr':>7}"
+    for _, label, _ in INSTRUMENT_COLUMNS:
+        head += f"  {'agent ' + label:>15}  {'B&H ' + label:>13}"
+    head += f"  {'trades':>7}  {'exposure %':>10}"
+    lines.append(head)
+
+    def row(name: str, bars: str, start: str, end: str, ppy: str, agent: dict, hold: dict) -> str:
+        text = f"  {name:<{name_width}}  {bars:>6}  {start:<10}  {end:<10}  {ppy:>7}"
+        for key, _, fmt in INSTRUMENT_COLUMNS:
+            text += f"  {_cell(agent[key], fmt):>15}  {_cell(hold[key], fmt):>13}"
+        return text + f"  {_cell(agent['trades'], '{:.0f}'):>7}  {_cell(agent['exposure_pct'], '{:.1f}'):>10}"
+
+    for name, r in results.items():
+        lines.append(row(name, str(r.bars), (r.start or "")[:10], (r.end or "")[:10], f"{r.periods_per_year:g}",
+                         r.agent.as_dict(), r.buy_and_hold.as_dict()))
+    mean = mean_report(results)
+    lines.append(row(f"mean of {len(results)}", "", "", "", "", mean["agent"], mean["buy_and_hold"]))
+    return "\n".join(lines)
+
+
+def write_instruments_csv(results: dict[str, BacktestResult], path: Path) -> None:
+    """Several instruments' curves in one CSV: :func:`equity_frame`'s rows of each instrument in
+    turn, with an ``instrument`` column first; UsageError if it cannot be written."""
+    frames = [equity_frame(r).assign(instrument=name) for name, r in results.items()]
+    frame = pd.concat(frames, ignore_index=True)[["instrument", *CSV_COLUMNS]]
+    try:
+        frame.to_csv(path, index=False)
+    except OSError as err:
+        raise UsageError(f"cannot write {path}: {err.strerror or err}") from None
+
+
 def _cell(value: Optional[float | int], fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 

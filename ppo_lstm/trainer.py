@@ -26,14 +26,13 @@ from envs.data import MarketData
 
 from .agreement import exchange
 from .build import build_agent, build_optimizer, check_model_matches
-from .backtest import BacktestResult
 from .buffer import RolloutBatch
 from .checkpoint import BEST_NAME, CheckpointDir
 from .config import TrainConfig, describe_batch, learning_rates, steps_per_env, update_batch
 from .distributed import Worker, episode_share, parameters_in_sync, trades_history
 from .distributed.cuda import require_bf16
 from .errors import TrainingError, one_line
-from .holdout import DataSplit, Holdout, holdout_columns, holdout_line, load_training_data
+from .holdout import DataSplit, Holdout, HoldoutResult, holdout_columns, holdout_line, holdout_score, load_training_data
 from .logger import EpisodeTotals, NullLogger, RunLogger, format_episode_line
 from .agent import sequence_boundaries
 from .ppo import PPOSettings, UpdateStats, ppo_update
@@ -78,8 +77,13 @@ class Trainer:
         random.seed(derive_seed(config.seed, self.rank, 13))
         np.random.seed(derive_seed(config.seed, self.rank, 17))
         data, split = self._market_data()
-        self.rollout = RolloutCollector(config, self.agent, self.rank, self.steps, self.device, data,
-                                        split.train_span if split is not None else None)
+        if data is None or split is None:
+            traded, spans = None, None
+        elif len(data) == 1:  # one instrument
+            traded, spans = data[0], split[0].train_span
+        else:
+            traded, spans = data, [s.train_span for s in split]
+        self.rollout = RolloutCollector(config, self.agent, self.rank, self.steps, self.device, traded, spans)
         self.holdout = Holdout.of(config, data, split) if self.rank == 0 else None  # rank 0 backtests it
         self.state = RunState.fresh(config, self.rank, self.world_size)
         self.resumed_from: Optional[Path] = None
@@ -93,12 +97,14 @@ class Trainer:
             run_dir = Path(config.checkpoint_dir)
             self.log: RunLogger | NullLogger = RunLogger(
                 config.log_file, run_dir / "metrics.csv", config.episodes, self.state.global_episodes,
-                config.progress, run_dir / "tb" if config.tensorboard else None)
+                config.progress, run_dir / "tb" if config.tensorboard else None,
+                extra_columns=self.holdout.extra_columns() if self.holdout is not None else ())
         else:
             self.log = NullLogger()
 
-    def _market_data(self) -> tuple[Optional[MarketData], Optional[DataSplit]]:
-        """Rank 0 (every rank with --data-all-ranks) trades --data's training bars; the others simulate."""
+    def _market_data(self) -> tuple[Optional[list[MarketData]], Optional[list[DataSplit]]]:
+        """Rank 0 (every rank with --data-all-ranks or --features) trades --data's training bars,
+        of every instrument; the others simulate."""
         if not trades_history(self.config, self.rank):
             return None, None
         return load_training_data(self.config)
@@ -215,6 +221,9 @@ class Trainer:
                           f"from 0 over the first {math.ceil(c.cost_warmup * c.episodes)} episodes (--cost-warmup "
                           f"{c.cost_warmup:g}), so earlier episode lines are at lower costs; the hold-out always "
                           f"pays full costs")
+        if c.env.features and c.data is not None and self.world_size > 1 and not c.data_all_ranks:
+            self.log.line(f"Markets: every worker trades --data, since --features {c.env.features} reads its columns "
+                          f"and a simulated market has none")
         if self.holdout is not None:
             self.log.line(self.holdout.describe())
         elif self.rank == 0:
@@ -304,7 +313,7 @@ class Trainer:
         self.log.progress(s.global_episodes)
         return update_totals
 
-    def _run_holdout(self) -> Optional[BacktestResult]:
+    def _run_holdout(self) -> Optional[HoldoutResult]:
         """Rank 0 backtests the current weights on the hold-out and logs the line; None without one."""
         if self.holdout is None:
             return None
@@ -313,7 +322,7 @@ class Trainer:
         return result
 
     def _log_metrics(self, update_totals: EpisodeTotals, stats: UpdateStats, skipped: bool, rank_sps: list[float],
-                     wall: float, holdout: Optional[BacktestResult]) -> None:
+                     wall: float, holdout: Optional[HoldoutResult]) -> None:
         """The update's metrics.csv row, with the hold-out's figures on a checkpoint's row."""
         s = self.state
         self.log.metrics({
@@ -329,7 +338,7 @@ class Trainer:
             **(holdout_columns(holdout) if holdout is not None else {}),
         })
 
-    def _checkpoint(self, holdout: Optional[BacktestResult]) -> None:
+    def _checkpoint(self, holdout: Optional[HoldoutResult]) -> None:
         """Gather every rank's state to all ranks; rank 0 writes the checkpoint atomically.
 
         best.pt: with a hold-out, the best hold-out return (a checkpoint written on a
@@ -343,7 +352,7 @@ class Trainer:
         if self.holdout is None:
             is_best = s.offer_best(score)
         else:
-            is_best = holdout is not None and s.offer_best(holdout.agent.total_return_pct)
+            is_best = holdout is not None and s.offer_best(holdout_score(holdout))
             if is_best:
                 assert holdout is not None
                 s.best_holdout = {"episode": s.global_episodes, "line": holdout_line(s.global_episodes, holdout),
@@ -367,8 +376,12 @@ class Trainer:
                             f"Evaluate it: evaluate-ppo-lstm --checkpoint {best}{data}"]
         held = self.state.best_holdout
         figures = f": {held['line']}" if held else ""
-        return lines + [f"Best checkpoint: {best} (best hold-out return){figures}",
-                        f"Reproduce it: {self.holdout.evaluate_command(str(best))}"]
+        commands = self.holdout.evaluate_commands(str(best))
+        if len(commands) == 1:
+            return lines + [f"Best checkpoint: {best} (best hold-out return){figures}",
+                            f"Reproduce it: {commands[0]}"]
+        return lines + [f"Best checkpoint: {best} (best mean hold-out return){figures}",
+                        *(f"Reproduce instrument {i + 1}: {c}" for i, c in enumerate(commands))]
 
 
 def _snapshot(agent: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[list[Tensor], dict]:

@@ -284,3 +284,11 @@ def test_config_yaml_belongs_to_the_run(tmp_path):
         directory.refuse_if_taken()
     moved = directory.move_aside()
     assert moved is not None and (moved / "config.yaml").is_file() and not path.exists()
+
+
+def test_several_data_paths_as_a_list_one_as_a_string_and_null_as_none(tmp_path):
+    several = parse_flags(["--config", write(tmp_path / "a.yaml", "data: [a.csv, b.csv]\n")])[0]
+    one = parse_flags(["--config", write(tmp_path / "b.yaml", "data: [a.csv]\n")])[0]
+    none = parse_flags(["--config", write(tmp_path / "c.yaml", "data: null\n")])[0]
+    assert several.data == ["a.csv", "b.csv"] and one.data == "a.csv" and none.data is None
+    assert parse_flags(["--config", write(tmp_path / "d.toml", 'data = ["a.csv", "b.csv"]\n')])[0] == several

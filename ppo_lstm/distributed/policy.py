@@ -27,5 +27,6 @@ def remaining_episode_shares(total: int, done: list[int], world_size: int) -> li
 
 def trades_history(config: TrainConfig, rank: int) -> bool:
     """Whether ``rank`` trades ``--data``: rank 0 does; the others simulate markets (for
-    diversity) unless ``--data-all-ranks`` is set."""
-    return config.data is not None and (rank == 0 or config.data_all_ranks)
+    diversity) unless ``--data-all-ranks`` is set, or ``--features`` is (a simulated
+    market has no feature columns to fill the observation with)."""
+    return config.data is not None and (rank == 0 or config.data_all_ranks or bool(config.env.features))

@@ -1,0 +1,151 @@
+"""Feature columns: how a data file's extra columns become observation entries.
+
+``--features vol_z,rsi`` names numeric columns of the data file (matched
+case-insensitively). Each one is normalised on its own, causally, by a rolling
+z-score and clipped; the agent sees the value at the decision bar only (its LSTM
+carries the memory of earlier bars).
+
+The rule, for one column ``x`` and bar ``b`` (the same in training, in every
+backtest and bar by bar in :class:`FeatureNormaliser`)::
+
+    values  = the defined values of x at bars max(0, b - N + 1) .. b   (N = FEATURE_WINDOW)
+    c       = how many there are (1..N: fewer only in the column's first N - 1 defined bars)
+    mean    = sum(values) / c,  summed from bar b backwards
+    std     = sqrt(sum((values - mean) ** 2) / c),  summed the same way (population std)
+    z[b]    = (x[b] - mean) / std, clipped to +-FEATURE_CLIP,
+              or 0 where std <= STD_FLOOR_REL * |mean| + STD_FLOOR_ABS (a constant stretch
+              of the column, whose spread is rounding noise)
+
+"Defined" means not NaN: a column may start with NaN rows (an indicator's warm-up),
+which count as absent; the loader refuses a NaN, inf or text value after a column's
+first defined row (``envs.data``). Episodes and backtests take their first decision
+at or after the first bar where every feature is defined
+(:func:`first_defined_bar`). Nothing after bar ``b`` is read, so ``z`` of a file is
+the same whether or not later bars exist.
+
+The sums are accumulated in float64, one term at a time in a fixed order (bar ``b``,
+then ``b-1``, ...), so the value at a bar depends only on the values in its window,
+never on how many rows were normalised together: :func:`feature_zscores` on a whole
+file and :class:`FeatureNormaliser` fed bar by bar give bit-identical float32 results.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Iterable, Sequence
+
+import numpy as np
+
+FEATURE_WINDOW = 256  # N: bars of a feature's rolling mean and std
+FEATURE_CLIP = 5.0  # normalised features are clipped to +-this, as the returns are
+STD_FLOOR_REL = 1e-9  # a std this small next to |mean| is a constant column's rounding noise
+STD_FLOOR_ABS = 1e-12
+_CHUNK = 8192  # rows normalised at once (bounds the float64 scratch)
+
+
+def parse_feature_names(text: str | None) -> tuple[str, ...]:
+    """``"vol_z, rsi"`` -> ``("vol_z", "rsi")``; None or "" -> ``()``. ValueError for an empty
+    name or a name given twice (case-insensitively)."""
+    if text is None or not str(text).strip():
+        return ()
+    names = tuple(part.strip() for part in str(text).split(","))
+    if any(not name for name in names):
+        raise ValueError(f"--features {text!r} has an empty column name; write them as COL1,COL2")
+    seen: dict[str, str] = {}
+    for name in names:
+        if name.lower() in seen:
+            raise ValueError(f"--features names the column {name!r} twice; name each column once")
+        seen[name.lower()] = name
+    return names
+
+
+def _window_stats(values: np.ndarray, defined: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and population std ``[m, F]`` of the last ``window`` rows' defined values, for the
+    last ``m = len(values) - window + 1`` rows of ``values [len, F]`` (float64, NaN already 0)."""
+    m = values.shape[0] - window + 1
+    last = values.shape[0]
+    total = np.zeros((m, values.shape[1]))
+    count = np.zeros((m, values.shape[1]))
+    for k in range(window):  # bar b, then b-1, ...: a fixed order per output row
+        total += values[last - m - k: last - k]
+        count += defined[last - m - k: last - k]
+    np.maximum(count, 1.0, out=count)
+    mean = total / count
+    spread = np.zeros_like(total)
+    for k in range(window):
+        d = values[last - m - k: last - k] - mean
+        d *= defined[last - m - k: last - k]
+        spread += d * d
+    return mean, np.sqrt(spread / count)
+
+
+def feature_zscores(values: np.ndarray, window: int = FEATURE_WINDOW) -> np.ndarray:
+    """Normalised features ``[n, F]`` float32 of raw columns ``values [n, F]`` (the module's rule).
+
+    NaN rows (absent values) give NaN; every other row is finite and within +-FEATURE_CLIP.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim == 1:
+        x = x[:, None]
+    n, f = x.shape
+    defined = ~np.isnan(x)
+    filled = np.where(defined, x, 0.0)
+    pad = np.zeros((window - 1, f))
+    padded = np.concatenate([pad, filled])  # [window-1+n, F]
+    padded_def = np.concatenate([pad, defined.astype(np.float64)])
+    out = np.empty((n, f), np.float32)
+    for lo in range(0, n, _CHUNK):
+        hi = min(n, lo + _CHUNK)
+        mean, std = _window_stats(padded[lo: hi + window - 1], padded_def[lo: hi + window - 1], window)
+        z = _zscore(filled[lo:hi], mean, std)
+        z[~defined[lo:hi]] = np.nan
+        out[lo:hi] = z
+    return out
+
+
+def _zscore(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    flat = std <= STD_FLOOR_REL * np.abs(mean) + STD_FLOOR_ABS
+    z = (x - mean) / np.where(flat, 1.0, std)
+    z[flat] = 0.0
+    return np.clip(z, -FEATURE_CLIP, FEATURE_CLIP)
+
+
+def first_defined_bar(values: np.ndarray | None) -> int:
+    """The first row where every column of ``values [n, F]`` is defined (0 without columns;
+    ``n`` when some column is never defined)."""
+    if values is None or values.size == 0:
+        return 0
+    defined = ~np.isnan(np.asarray(values, dtype=np.float64).reshape(len(values), -1))
+    every = defined.all(axis=1)
+    return int(np.argmax(every)) if every.any() else len(values)
+
+
+class FeatureNormaliser:
+    """The same rule bar by bar, for a live feed: ``update(raw [F]) -> z [F]`` float32.
+
+    Keeps the last ``window`` raw rows; ``update`` gives exactly what
+    :func:`feature_zscores` gives for that bar of a file holding the same rows
+    (NaN while a column has not been defined yet).
+    """
+
+    def __init__(self, num_features: int, window: int = FEATURE_WINDOW) -> None:
+        self.window = window
+        self.num_features = num_features
+        self._rows: deque[np.ndarray] = deque(maxlen=window)
+
+    def update(self, raw: Sequence[float] | np.ndarray) -> np.ndarray:
+        row = np.asarray(raw, dtype=np.float64).reshape(self.num_features)
+        self._rows.append(row)
+        return self.current()
+
+    def extend(self, rows: Iterable[Sequence[float]]) -> np.ndarray:
+        """Feed several bars (oldest first); returns the last one's z."""
+        out = np.full(self.num_features, np.nan, np.float32)
+        for row in rows:
+            out = self.update(row)
+        return out
+
+    def current(self) -> np.ndarray:
+        """z [F] of the newest bar fed (NaN before any)."""
+        if not self._rows:
+            return np.full(self.num_features, np.nan, np.float32)
+        return feature_zscores(np.stack(list(self._rows)), self.window)[-1]
