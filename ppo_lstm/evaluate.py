@@ -35,6 +35,7 @@ from .backtest import BacktestResult, backtest_history, backtest_simulated
 from .checkpoint import BEST_NAME, LATEST_NAME, CheckpointDir, CheckpointError, load_checkpoint
 from .config import TrainConfig
 from .config_file import add_config_options, dump_settings, parse_args
+from .distributed.cuda import configure_numerics
 from .errors import EXIT_USAGE, UsageError, one_line
 from .logger import EpisodeTotals, episode_records
 from .report import (format_instruments_table, format_table, instruments_dict, plot, report_dict, write_equity_csv,
@@ -166,6 +167,8 @@ def resolve_device(name: str) -> torch.device:
         raise UsageError(f"--device {name}: this machine has {visible} visible GPU"
                          f"{'' if visible == 1 else 's'} ({', '.join(f'cuda:{i}' for i in range(visible))}); "
                          f"use one of those, or --device cuda")
+    if device.type == "cuda":  # the numerics training ran with: IEEE float32 in cuDNN's LSTM, deterministic kernels
+        configure_numerics(deterministic=True)
     return device
 
 

@@ -255,9 +255,13 @@ def test_evaluate_on_a_gpu_index_that_is_not_there_exits_2(monkeypatch, capsys):
     from ppo_lstm import evaluate
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    configured = []
+    monkeypatch.setattr(evaluate, "configure_numerics", lambda deterministic: configured.append(deterministic))
     with pytest.raises(UsageError, match=r"--device cuda:7: this machine has 1 visible GPU \(cuda:0\)"):
         evaluate.resolve_device("cuda:7")
+    assert configured == []
     assert evaluate.resolve_device("cuda:0") == torch.device("cuda", 0)
+    assert configured == [True]  # evaluation runs with the numerics training ran with
 
 
 def test_checkpoints_hold_only_cpu_tensors(finished_run):
