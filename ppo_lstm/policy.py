@@ -120,7 +120,7 @@ class TorchStep:
             return logits[0].cpu().numpy(), float(value[0]), h2[0].cpu().numpy(), c2[0].cpu().numpy()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Decision:
     """The decision taken after the bar of ``time`` closed, for the next bar.
 
@@ -142,6 +142,15 @@ class Decision:
     equity: float
     bust: bool
     observation: np.ndarray
+
+    def __eq__(self, other: object) -> bool:
+        """Every field equal (the observation element by element)."""
+        if not isinstance(other, Decision):
+            return NotImplemented
+        mine, theirs = self._state(), other._state()
+        return mine == theirs and self.positions == other.positions
+
+    __hash__ = None  # type: ignore[assignment]
 
     @property
     def probabilities(self) -> tuple[float, ...]:
