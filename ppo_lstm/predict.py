@@ -53,6 +53,10 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     parser.add_argument("--date-format", metavar="FMT", help="strftime format of the time column (default: detected)")
     parser.add_argument("--state", type=Path, metavar="FILE", help="JSON state file: written on the first call; "
                         "later calls on the file with new bars appended consume only the new bars")
+    parser.add_argument("--fill", nargs=2, type=float, metavar=("PRICE", "LOTS"), help="with an existing --state: "
+                        "the real fill of its last decision, at the open of the first new bar (LOTS: signed lots "
+                        "held after it; PRICE: slippage included); default: the book assumes the decision filled "
+                        "at that open with --slippage-bps")
     parser.add_argument("--fee-bps", type=float, metavar="BPS", help="fee per traded notional, overriding the "
                         "checkpoint's")
     parser.add_argument("--slippage-bps", type=float, metavar="BPS", help="adverse fill slippage, overriding the "
@@ -105,9 +109,17 @@ def run(args: argparse.Namespace) -> tuple[TradingPolicy, Decision, int]:
         except UsageError as err:
             raise UsageError(f"--state {args.state} does not match: {err}") from None
         consumed = policy.bars
+        if args.fill is not None:
+            if len(data) == consumed:
+                raise UsageError(f"--fill is the fill at the open of the first new bar; {args.data} has no bar "
+                                 f"after {policy.last_time}")
+            policy.fill(args.fill[0], args.fill[1])
         decision = policy.feed(data, first=consumed)
         new = len(data) - consumed
     else:
+        if args.fill is not None:
+            raise UsageError("--fill reports the fill of a decision a --state file holds; pass the --state of "
+                             "the call that took it")
         try:
             lo, _ = date_span(data, args.start)
         except DataError as err:

@@ -10,13 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 
 from conftest import ROOT, env_for_child
 from deploy_fixtures import train_tiny, write_head
-from ppo_lstm import evaluate, predict
+from envs.data import load_ohlcv
+from ppo_lstm import TradingPolicy, evaluate, predict
 
 START = "2021-02-01"
 
@@ -101,6 +103,38 @@ def test_new_bars_consumed_are_counted(run: Path, capsys: pytest.CaptureFixture,
         write_head(run / "prices.csv", live, rows)
         got = decide(capsys, "--checkpoint", run / "checkpoints", "--data", live, "--state", state)
         assert got["new_bars"] == new and got["bars"] == rows
+
+
+def test_fill_reports_the_real_fill_to_the_state(run: Path, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    state, live = tmp_path / "state.json", tmp_path / "live.csv"
+    prices = pd.read_csv(run / "prices.csv")
+    args = ("--checkpoint", run / "checkpoints", "--data", live, "--start", START)
+    policy, data = TradingPolicy.load(run / "checkpoints"), load_ohlcv(run / "prices.csv")
+    policy.begin(START)
+    trades = [i for i in range(len(data)) if (d := policy.update(data.timestamps[i], data.open[i], data.high[i],
+                                                                   data.low[i], data.close[i], data.volume[i]))
+              and d.target_position != d.position]
+    rows = next(i for i in trades if i > 90) + 1  # a file whose last decision trades
+    write_head(run / "prices.csv", live, rows)
+    first = decide(capsys, *args, "--state", state)
+    saved = state.read_bytes()
+    write_head(run / "prices.csv", live, rows + 1)
+    scratch = decide(capsys, *args)
+    # the fill the book assumes (the open of the next bar, 1 bp of slippage against the trade): a call from scratch
+    move = np.sign(first["target_position"] - first["position"])
+    assert move != 0
+    assumed = (move * (1.0 / 1e4) + 1.0) * prices["Open"][rows]
+    same = decide(capsys, *args, "--state", state, "--fill", repr(float(assumed)), str(first["target_position"]))
+    assert same.pop("new_bars") == 1 and scratch.pop("new_bars") == rows + 1 and same == scratch
+    # another fill: the book holds what the broker filled
+    state.write_bytes(saved)
+    other = -1 if first["target_position"] != -1 else 1
+    got = decide(capsys, *args, "--state", state, "--fill", "99.5", str(other))
+    assert got["position"] == other and got["equity"] != scratch["equity"]
+    one_error(capsys, *args, "--state", state, "--fill", "99.5", "1", match="has no bar after")
+    one_error(capsys, *args, "--fill", "99.5", "1", match="--fill reports the fill of a decision a --state")
+    state.write_bytes(saved)
+    one_error(capsys, *args, "--state", state, "--fill", "99.5", "3", match="fill lots must be one of [-1, 0, 1]")
 
 
 def one_error(capsys: pytest.CaptureFixture, *argv: object, match: str) -> str:
