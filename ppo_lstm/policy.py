@@ -170,7 +170,6 @@ class Decision:
             "time": self.time.isoformat(), "target_position": self.target_position, "position": self.position,
             "probabilities": {str(p): q for p, q in zip(self.positions, self.probabilities)},
             "value": self.value, "logits": list(self.logits), "equity": self.equity, "bust": self.bust,
-            "bar": self.bar,
         }
 
     def _state(self) -> dict[str, Any]:

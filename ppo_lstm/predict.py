@@ -48,8 +48,9 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     policy.add_argument("--model", type=Path, metavar="FILE",
                         help="an ONNX file written by export-ppo-lstm (run with onnxruntime: the 'onnx' extra)")
     parser.add_argument("--data", required=True, type=Path, metavar="PATH", help="OHLCV history (CSV or Parquet)")
-    parser.add_argument("--start", metavar="DATE", help="first bar the policy trades from (the bars before only "
-                        "warm up the normalised returns, as evaluate-ppo-lstm --start); default: the first bar")
+    parser.add_argument("--start", metavar="DATE", help="first bar of the slice, as evaluate-ppo-lstm --start: its "
+                        "first window bars fill the first observation, the bars before it only warm up the "
+                        "normalised returns (default: the file's first bar)")
     parser.add_argument("--date-format", metavar="FMT", help="strftime format of the time column (default: detected)")
     parser.add_argument("--state", type=Path, metavar="FILE", help="JSON state file: written on the first call; "
                         "later calls on the file with new bars appended consume only the new bars")
