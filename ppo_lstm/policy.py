@@ -16,11 +16,11 @@ configured slippage and fee (or at the price ``fill`` reported), marks the posit
 its close, and decides again.
 
 Start: the bars before ``start`` (all bars if None) only warm up the normalised returns,
-as in ``evaluate-ppo-lstm --start``. The first ``window`` bars from ``start`` fill the
-first observation; the decisions begin after the next bar, bar ``lo + window`` (``lo``:
-the first bar at or after ``start``), where the LSTM starts from zero and the account
-opens flat with ``initial_cash``, one lot being ``initial_cash / (K * close)`` units of
-that bar's close. The time feature's scale is the training episode length, clipped at 1
+as in ``evaluate-ppo-lstm --start``. With ``lo`` the first bar at or after ``start``, the
+first decision is taken after bar ``lo + window`` closes (its observation's returns are
+those of bars ``lo+1..lo+window``): there the LSTM starts from zero and the account opens
+flat with ``initial_cash``, one lot being ``initial_cash / (K * close)`` units of that
+bar's close. The time feature's scale is the training episode length, clipped at 1
 (``envs.observation``). An account whose equity reaches 0 stays flat (the backtest's rule).
 
 The observations come from the env's own code: ``envs.observation.normalised_returns``
@@ -494,10 +494,10 @@ class TradingPolicy:
     def _check_owner(self, saved: Any) -> None:
         if not isinstance(saved, dict) or not isinstance(saved.get("fingerprint"), str):
             raise UsageError("not a valid policy state (no 'policy' entry with a fingerprint)")
-        if saved.get("fingerprint") != self.spec.fingerprint:
-            raise UsageError(f"the state was written by another policy (fingerprint {str(saved.get('fingerprint'))[:12]}"
-                             f", this one's {self.spec.fingerprint[:12]}); use the checkpoint that wrote it, or "
-                             f"start a new state")
+        if saved["fingerprint"] != self.spec.fingerprint:
+            raise UsageError(f"the state was written by another policy (fingerprint {saved['fingerprint'][:12]}, "
+                             f"this one's {self.spec.fingerprint[:12]}); use the checkpoint that wrote it, or start "
+                             f"a new state")
         if saved.get("backend") != self.spec.backend:
             raise UsageError(f"the state was written through the {saved.get('backend')} route, this policy runs "
                              f"through the {self.spec.backend} route (their float rounding differs); start a new "
