@@ -179,6 +179,12 @@ def _read(ctx: _Ctx, path: str) -> pd.DataFrame:
     except (OSError, ValueError, ImportError) as err:
         kind = "Parquet" if not ctx.is_csv else "CSV"
         raise ctx.fail(f"cannot read as {kind}: {err}; check the file is a valid {kind} file") from None
+    return _tidy(frame)
+
+
+def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with a named or non-range index made a column, string column names and a
+    default RangeIndex in row order."""
     if not isinstance(frame.index, pd.RangeIndex) or frame.index.name is not None:
         frame = frame.reset_index()
     frame.columns = [str(c) for c in frame.columns]
@@ -211,11 +217,13 @@ def _time_column(ctx: _Ctx, frame: pd.DataFrame) -> tuple[str, pd.Series]:
 
 # ----------------------------------------------------------------------------- entry point
 
-def load_ohlcv(path: str | os.PathLike, date_format: str | None = None, min_rows: int = 2,
+def load_ohlcv(path: str | os.PathLike | pd.DataFrame, date_format: str | None = None, min_rows: int = 2,
                features: Sequence[str] = ()) -> MarketData:
     """Load and validate an OHLCV file; bars come back oldest first.
 
     The rules are in the module docstrings: this one, ``envs.data_time`` and ``envs.data_checks``.
+    ``path`` may also be a DataFrame already in memory (a time index becomes the time column),
+    checked by the same rules; its messages name it "DataFrame" and count rows from 1.
 
     ``date_format`` forces a strftime format for string timestamps (``--date-format``).
     ``min_rows`` is the fewest bars the caller can use (window + episode length + 1); at least 2.
@@ -223,17 +231,21 @@ def load_ohlcv(path: str | os.PathLike, date_format: str | None = None, min_rows
     :func:`_feature_columns` for the rules), in ``MarketData.features``.
     Raises ``DataError`` (a ``ValueError``) with a one-line message for any problem.
     """
-    source = os.fspath(path)
-    name = source.lower()
-    ctx = _Ctx(source, is_csv=not name.endswith((".parquet", ".pq")))
-    if not os.path.exists(source):
-        raise ctx.fail("file not found; check the path (relative paths are from the current directory)")
-    if os.path.isdir(source):
-        raise ctx.fail("is a directory, not a data file; pass a .csv, .csv.gz or .parquet file")
-    if os.path.getsize(source) == 0:
-        raise ctx.fail("the file is empty (0 bytes); export the data again")
-
-    frame = _read(ctx, source)
+    if isinstance(path, pd.DataFrame):
+        source = "DataFrame"
+        ctx = _Ctx(source, is_csv=False)
+        frame = _tidy(path.copy(deep=False))
+    else:
+        source = os.fspath(path)
+        name = source.lower()
+        ctx = _Ctx(source, is_csv=not name.endswith((".parquet", ".pq")))
+        if not os.path.exists(source):
+            raise ctx.fail("file not found; check the path (relative paths are from the current directory)")
+        if os.path.isdir(source):
+            raise ctx.fail("is a directory, not a data file; pass a .csv, .csv.gz or .parquet file")
+        if os.path.getsize(source) == 0:
+            raise ctx.fail("the file is empty (0 bytes); export the data again")
+        frame = _read(ctx, source)
     columns = list(frame.columns)
     cols: dict[str, str] = {}
     for key, aliases in _PRICE_ALIASES.items():

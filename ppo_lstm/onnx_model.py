@@ -1,0 +1,135 @@
+"""The policy's recurrent step as an ONNX model: what it holds and how it is run (onnxruntime).
+
+The graph (``ppo_lstm.export_onnx`` writes it) is one decision of B envs::
+
+    (observation [B, D] float32, h [B, H] float32, c [B, H] float32)
+        -> (logits [B, A] float32, value [B] float32, h_next [B, H], c_next [B, H])
+
+``h`` and ``c`` are zeros at the first decision, then the previous call's ``h_next`` and
+``c_next``. The greedy action is ``argmax(logits)``; its signed lots are ``positions[action]``.
+
+The model's ``metadata_props`` carry what a consumer needs to build the observations
+(``METADATA_KEYS``): the env settings (``env``, JSON, and the main ones on their own),
+``positions``, ``features`` (JSON list of the data's feature columns the observation
+uses: empty today), the observation layout and its constants (``return_clip``,
+``rms_floor``, ``upnl_scale``, ``upnl_clip``, ``time_scale``), the sizes, and the
+checkpoint's ``fingerprint``. The layout is ``envs.observation``'s; ``OnnxStep`` refuses a
+model whose constants are not this version's.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from envs.config import EnvConfig
+from envs.observation import _TINY, RETURN_CLIP, UPNL_CLIP, UPNL_SCALE
+
+from .errors import UsageError, one_line
+from .policy import PolicySpec
+
+MODEL_FORMAT = "ppo-lstm-trader recurrent step"
+MODEL_VERSION = "1"
+INPUTS = ("observation", "h", "c")
+OUTPUTS = ("logits", "value", "h_next", "c_next")
+METADATA_KEYS = (
+    "format", "version", "fingerprint", "source", "env", "window", "max_position", "no_short", "episode_length",
+    "initial_cash", "fee_bps", "slippage_bps", "positions", "features", "observation", "obs_dim", "num_actions",
+    "hidden_size", "lstm_size", "return_clip", "rms_floor", "upnl_scale", "upnl_clip", "time_scale", "inputs",
+    "outputs",
+)
+OBSERVATION_LAYOUT = (
+    "[0:W] log returns of close of the last W bars, each divided by the RMS of the W returns ending at that bar "
+    "(a file's first W bars: the RMS of its first full window), clipped to +-return_clip; [W] position / "
+    "max_position; [W+1] unrealised PnL of the open lots / initial_cash * upnl_scale, clipped to +-upnl_clip; "
+    "[W+2] bars held in the current position / time_scale, clipped at 1. Lots: one lot = initial_cash / "
+    "(max_position * close of the first decision bar) units; fills at the next open with slippage_bps, "
+    "fee_bps on each fill's notional (ppo_lstm.policy)")
+
+
+def constants() -> dict[str, str]:
+    """The observation's constants, as this version builds it."""
+    return {"return_clip": repr(RETURN_CLIP), "rms_floor": repr(_TINY), "upnl_scale": repr(UPNL_SCALE),
+            "upnl_clip": repr(UPNL_CLIP)}
+
+
+def metadata(env: EnvConfig, hidden_size: int, lstm_size: int, fingerprint: str, source: str) -> dict[str, str]:
+    """The metadata_props of an exported model (all values strings)."""
+    offset = 0 if env.no_short else env.max_position
+    return {
+        "format": MODEL_FORMAT, "version": MODEL_VERSION, "fingerprint": fingerprint, "source": source,
+        "env": json.dumps(asdict(env), sort_keys=True), "window": str(env.window),
+        "max_position": str(env.max_position), "no_short": json.dumps(env.no_short),
+        "episode_length": str(env.episode_length), "initial_cash": repr(float(env.initial_cash)),
+        "fee_bps": repr(float(env.fee_bps)), "slippage_bps": repr(float(env.slippage_bps)),
+        "positions": json.dumps([a - offset for a in range(env.num_actions)]),
+        "features": json.dumps(list(getattr(env, "features", ()) or ())), "observation": OBSERVATION_LAYOUT,
+        "obs_dim": str(env.obs_dim), "num_actions": str(env.num_actions), "hidden_size": str(hidden_size),
+        "lstm_size": str(lstm_size), **constants(), "time_scale": str(env.episode_length),
+        "inputs": "observation [B, obs_dim] float32; h [B, lstm_size] float32; c [B, lstm_size] float32 "
+                  "(zeros at the first decision, then the previous h_next, c_next)",
+        "outputs": "logits [B, num_actions] float32; value [B] float32; h_next [B, lstm_size]; c_next [B, lstm_size]",
+    }
+
+
+def spec_of(meta: dict[str, str], source: str) -> PolicySpec:
+    """The policy spec a model's metadata describes; ValueError when it is not this format."""
+    if meta.get("format") != MODEL_FORMAT:
+        raise ValueError("its metadata has no 'format': it was not written by export-ppo-lstm")
+    if meta.get("version") != MODEL_VERSION:
+        raise ValueError(f"model format version {meta.get('version')!r}; this version reads {MODEL_VERSION}")
+    ours = constants()
+    other = [k for k in ours if meta.get(k) != ours[k]]
+    if other:
+        raise ValueError(f"its observation constants ({', '.join(other)}) are not this version's")
+    saved: dict[str, Any] = json.loads(meta["env"])
+    names = {f.name for f in fields(EnvConfig)}
+    env = EnvConfig(**{k: v for k, v in saved.items() if k in names})
+    env.validate()
+    features = tuple(json.loads(meta.get("features", "[]")))
+    return PolicySpec(env=env, lstm_size=int(meta["lstm_size"]), fingerprint=meta["fingerprint"], backend="onnx",
+                      source=source, features=features)
+
+
+class OnnxStep:
+    """An exported step run by onnxruntime (one CPU thread): the ``StepFn`` of ``TradingPolicy``.
+
+    ``spec``: what its metadata describes. UsageError (one line) for a missing or
+    unreadable file, a model without this project's metadata, or no onnxruntime.
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        path = Path(path)
+        try:
+            import onnxruntime
+        except ImportError:
+            raise UsageError("--model needs onnxruntime: pip install 'ppo-lstm-trader[onnx]'") from None
+        if not path.is_file():
+            raise UsageError(f"--model {path}: no such file")
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3  # errors only: they are reported here, in one line
+        try:
+            self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        except Exception as err:  # noqa: BLE001 - onnxruntime raises its own types for bad files
+            raise UsageError(f"{path}: not an ONNX model onnxruntime can load ({one_line(err, 160)}); export it "
+                             f"again with export-ppo-lstm") from None
+        meta = dict(self.session.get_modelmeta().custom_metadata_map)
+        try:
+            self.spec = spec_of(meta, str(path))
+        except (KeyError, TypeError, ValueError) as err:
+            raise UsageError(f"{path}: not a policy exported by export-ppo-lstm ({one_line(err)})") from None
+        names = tuple(i.name for i in self.session.get_inputs())
+        outputs = tuple(o.name for o in self.session.get_outputs())
+        if names != INPUTS or outputs != OUTPUTS:
+            raise UsageError(f"{path}: inputs {names} / outputs {outputs}, expected {INPUTS} / {OUTPUTS}")
+
+    def __call__(self, obs: np.ndarray, h: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, float, np.ndarray,
+                                                                               np.ndarray]:
+        logits, value, h2, c2 = self.session.run(None, {"observation": obs, "h": h, "c": c})
+        return logits[0], float(value[0]), h2, c2
