@@ -41,8 +41,8 @@ def sample_actions(logits: Tensor, generator: torch.Generator, check_on_device: 
     On the CPU, ``torch.multinomial`` itself rejects inf/NaN probabilities, so the hot path
     needs no extra check. On a GPU that check is a device-side assert that leaves the CUDA
     context unusable, so there (``check_on_device``) finiteness is tested on the device, a
-    non-finite row samples from a harmless stand-in instead, and the flag comes back in the
-    same device -> host copy as the actions.
+    non-finite policy samples from uniform stand-in logits instead (never sent to the envs),
+    and the flag comes back in the same device -> host copy as the actions.
     """
     if not check_on_device:
         try:

@@ -36,7 +36,7 @@ from .holdout import DataSplit, Holdout, HoldoutResult, holdout_columns, holdout
 from .logger import EpisodeTotals, NullLogger, RunLogger, format_episode_line
 from .agent import sequence_boundaries
 from .ppo import PPOSettings, UpdateStats, ppo_update
-from .rollout import RolloutCollector
+from .rollout import NON_FINITE_ADVICE, RolloutCollector
 from .run_state import RunState, capture_rank_state, restore_rank_state
 from .seeding import derive_seed
 from .shutdown import StopRequest
@@ -299,8 +299,7 @@ class Trainer:
         self.log.line(f"warning: update {update} gave non-finite losses or parameters{where}; skipped "
                       f"({self.bad_updates} in a row)", to_log=True)
         if self.bad_updates >= MAX_BAD_UPDATES:
-            raise TrainingError(f"{MAX_BAD_UPDATES} updates in a row were non-finite; lower "
-                                f"--learning-rate-actor/--learning-rate-critic or --max-grad-norm, or check --data")
+            raise TrainingError(f"{MAX_BAD_UPDATES} updates in a row were non-finite; {NON_FINITE_ADVICE}")
 
     def _log_episodes(self, records: list[list[float]]) -> EpisodeTotals:
         """Count every rank's episodes of this update; print the episode lines due (each
