@@ -36,9 +36,8 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any, Callable, Optional  # noqa: E402
+from typing import Any, Optional  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -177,21 +176,10 @@ def lstm_dtypes() -> dict[str, str]:
             "logits": str(logits.dtype), "weights": str(next(agent.parameters()).dtype)}
 
 
-def count_syncs(fn: Callable[[], Any]) -> int:
-    torch.cuda.synchronize()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            fn()
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    return sum("synchronizing" in str(w.message) for w in caught)
-
-
 def syncs() -> dict[str, Any]:
     """Synchronizing CUDA calls per rollout step and per update, at 64 envs."""
     from ppo_lstm.agreement import exchange
+    from ppo_lstm.distributed.cuda import count_syncs
 
     with tempfile.TemporaryDirectory() as tmp:
         trainer = make_trainer("cuda", 64, tmp)

@@ -16,13 +16,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
 from conftest import TINY, assert_models_equal, episode_lines, load_state, run_cli
+from ppo_lstm.distributed.cuda import count_syncs
 
 pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
               pytest.mark.timeout(300)]
@@ -104,19 +104,6 @@ def _collector(device: str, num_envs: int = 8, steps: int = 16):
     torch.manual_seed(0)
     agent = build_agent(config).to(device)
     return config, agent, RolloutCollector(config, agent, 0, steps, torch.device(device), None)
-
-
-def count_syncs(fn) -> int:
-    """How many synchronizing CUDA calls ``fn()`` makes (torch.cuda.set_sync_debug_mode)."""
-    torch.cuda.synchronize()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            fn()
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    return sum("synchronizing" in str(w.message) for w in caught)
 
 
 def test_rollout_syncs_once_per_step_and_update_twice():

@@ -12,7 +12,8 @@ Numerics (:func:`configure_numerics`), set in every GPU worker before its first 
 from __future__ import annotations
 
 import os
-from typing import Any
+import warnings
+from typing import Any, Callable
 
 import torch
 
@@ -76,6 +77,20 @@ def require_bf16(device: torch.device) -> None:
     if device.type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
         raise UsageError(f"--autocast bf16: {torch.cuda.get_device_name(device)} has no bfloat16 hardware; "
                          f"leave --autocast off")
+
+
+def count_syncs(fn: Callable[[], Any]) -> int:
+    """How many synchronizing CUDA calls ``fn()`` makes (``torch.cuda.set_sync_debug_mode``
+    warns at each); for the tests and the GPU acceptance command."""
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchronizing" in str(w.message) for w in caught)
 
 
 def _backend(name: str) -> Any:
