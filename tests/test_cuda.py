@@ -106,7 +106,7 @@ def _collector(device: str, num_envs: int = 8, steps: int = 16):
     return config, agent, RolloutCollector(config, agent, 0, steps, torch.device(device), None)
 
 
-def test_rollout_syncs_once_per_step_and_update_twice():
+def test_rollout_syncs_once_per_step_and_the_update_once():
     from ppo_lstm.distributed import LocalComm
     from ppo_lstm.build import build_optimizer
     from ppo_lstm.ppo import PPOSettings, ppo_update
