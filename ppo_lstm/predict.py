@@ -11,6 +11,10 @@ stream's state is saved there, and a later call on the same file with new bars
 appended consumes only the new bars (and prints what a call from scratch prints). A
 state is refused (one line, exit 2) by another checkpoint or route, other costs or
 ``--start``, or a file whose earlier bars are not the ones it consumed.
+
+A policy trained with ``--features`` reads those columns of the file (by name, as
+training did; a file lacking one is refused, naming it), and decides from the first bar
+where every one is defined, as ``evaluate-ppo-lstm`` does.
 """
 from __future__ import annotations
 
@@ -87,7 +91,14 @@ def check_state_path(path: Path) -> None:
 
 
 def too_few(policy: TradingPolicy, source: str, bars: int, start: Optional[str]) -> UsageError:
+    """Why no decision was taken: fewer than window + 1 bars from --start, or (with feature
+    columns) a feature still in its warm-up at the last bar."""
     W = policy.env.window
+    undefined = policy.undefined_features()
+    if bars > W and undefined:
+        return UsageError(f"{source}: feature column(s) {', '.join(map(repr, undefined))} have no value yet at its "
+                          f"last bar ({policy.last_time}); the first decision is at the first bar where every "
+                          f"feature is defined, as in evaluate-ppo-lstm: wait for more bars")
     chosen = f"has {bars} bars from --start {start}" if start else f"has {bars} bars"
     return UsageError(f"{source}: {chosen}; a decision needs at least window + 1 = {W + 1} (the policy's {W}-bar "
                       f"window and the decision bar)")
@@ -98,7 +109,7 @@ def run(args: argparse.Namespace) -> tuple[TradingPolicy, Decision, int]:
     if args.state is not None:
         check_state_path(args.state)
     policy = load(args)
-    data = as_market_data(args.data, args.date_format)
+    data = as_market_data(args.data, args.date_format, policy.spec.features)
     if args.state is not None and args.state.exists():
         policy.load_state(args.state)
         start = None if args.start is None else parse_start(args.start)
