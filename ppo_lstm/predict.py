@@ -91,14 +91,9 @@ def check_state_path(path: Path) -> None:
 
 
 def too_few(policy: TradingPolicy, source: str, bars: int, start: Optional[str]) -> UsageError:
-    """Why no decision was taken: fewer than window + 1 bars from --start, or (with feature
-    columns) a feature still in its warm-up at the last bar."""
+    """Fewer than window + 1 bars from --start. (A file whose feature column has no value yet at
+    its last bar holds no value in it at all: the loader refuses it, naming the column.)"""
     W = policy.env.window
-    undefined = policy.undefined_features()
-    if bars > W and undefined:
-        return UsageError(f"{source}: feature column(s) {', '.join(map(repr, undefined))} have no value yet at its "
-                          f"last bar ({policy.last_time}); the first decision is at the first bar where every "
-                          f"feature is defined, as in evaluate-ppo-lstm: wait for more bars")
     chosen = f"has {bars} bars from --start {start}" if start else f"has {bars} bars"
     return UsageError(f"{source}: {chosen}; a decision needs at least window + 1 = {W + 1} (the policy's {W}-bar "
                       f"window and the decision bar)")
