@@ -403,8 +403,8 @@ class TradingPolicy:
         have = {str(name).lower(): j for j, name in enumerate(data.feature_names)}
         missing = [name for name in self.spec.features if name.lower() not in have]
         if missing or data.features is None:
-            raise UsageError(f"{data.source}: has no feature column {', '.join(map(repr, missing or self.spec.features))}"
-                             f", which the policy reads (trained with --features {self.env.features}); load the "
+            names = ", ".join(map(repr, missing or self.spec.features))
+            raise UsageError(f"{data.source}: has no feature column {names}, which the policy reads (trained with --features {self.env.features}); load the "
                              f"data with those columns (load_ohlcv(..., features=...)), or pass a file or DataFrame")
         values = np.asarray(data.features, dtype=np.float64)
         if values.shape != (len(data), len(data.feature_names)):

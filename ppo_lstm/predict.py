@@ -51,7 +51,8 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
                         help="a .pt file, or a checkpoint dir (its best.pt, else the checkpoint 'latest' names)")
     policy.add_argument("--model", type=Path, metavar="FILE",
                         help="an ONNX file written by export-ppo-lstm (run with onnxruntime: the 'onnx' extra)")
-    parser.add_argument("--data", required=True, type=Path, metavar="PATH", help="OHLCV history (CSV or Parquet)")
+    parser.add_argument("--data", required=True, type=Path, metavar="PATH", help="OHLCV history (CSV or Parquet), "
+                        "with the feature columns of a checkpoint trained with --features")
     parser.add_argument("--start", metavar="DATE", help="first bar of the slice, as evaluate-ppo-lstm --start: its "
                         "first window bars fill the first observation, the bars before it only warm up the "
                         "normalised returns (default: the file's first bar)")
