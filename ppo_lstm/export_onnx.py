@@ -129,7 +129,8 @@ def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
         print(f"error: {one_line(err, 1000)}", file=sys.stderr)
         return EXIT_USAGE
     env = config.env
-    print(f"wrote {target}: observation {env.obs_dim} (window {env.window}), LSTM {config.lstm_size}, "
+    features = f", features {','.join(env.feature_names)}" if env.feature_names else ""
+    print(f"wrote {target}: observation {env.obs_dim} (window {env.window}{features}), LSTM {config.lstm_size}, "
           f"{env.num_actions} actions (max position {env.max_position}), from {path} (fingerprint {fingerprint[:12]})")
     return 0
 

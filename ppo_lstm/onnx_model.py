@@ -11,10 +11,13 @@ The graph (``ppo_lstm.export_onnx`` writes it) is one decision of B envs::
 The model's ``metadata_props`` carry what a consumer needs to build the observations
 (``METADATA_KEYS``): the env settings (``env``, JSON, and the main ones on their own),
 ``positions``, ``features`` (JSON list of the data's feature columns the observation
-uses: empty today), the observation layout and its constants (``return_clip``,
-``rms_floor``, ``upnl_scale``, ``upnl_clip``, ``time_scale``), the sizes, and the
-checkpoint's ``fingerprint``. The layout is ``envs.observation``'s; ``OnnxStep`` refuses a
-model whose constants are not this version's.
+uses, in order: the training ``--features``, ``[]`` without), the observation layout and
+its constants (``return_clip``, ``rms_floor``, ``upnl_scale``, ``upnl_clip``,
+``time_scale``, and the feature columns' normalisation: ``feature_window``,
+``feature_clip``, ``feature_std_floor_rel``, ``feature_std_floor_abs``), the sizes, and
+the checkpoint's ``fingerprint``. The layout is ``envs.observation``'s; ``OnnxStep``
+refuses a model whose constants are not this version's (the feature constants are
+checked only for a model that reads features).
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from envs.config import EnvConfig
+from envs.features import FEATURE_CLIP, FEATURE_WINDOW, STD_FLOOR_ABS, STD_FLOOR_REL
 from envs.observation import _TINY, RETURN_CLIP, UPNL_CLIP, UPNL_SCALE
 
 from .errors import UsageError, one_line
@@ -39,14 +43,18 @@ OUTPUTS = ("logits", "value", "h_next", "c_next")
 METADATA_KEYS = (
     "format", "version", "fingerprint", "source", "env", "window", "max_position", "no_short", "episode_length",
     "initial_cash", "fee_bps", "slippage_bps", "positions", "features", "observation", "obs_dim", "num_actions",
-    "hidden_size", "lstm_size", "return_clip", "rms_floor", "upnl_scale", "upnl_clip", "time_scale", "inputs",
-    "outputs",
+    "hidden_size", "lstm_size", "return_clip", "rms_floor", "upnl_scale", "upnl_clip", "time_scale",
+    "feature_window", "feature_clip", "feature_std_floor_rel", "feature_std_floor_abs", "inputs", "outputs",
 )
 OBSERVATION_LAYOUT = (
     "[0:W] log returns of close of the last W bars, each divided by the RMS of the W returns ending at that bar "
     "(a file's first W bars: the RMS of its first full window), clipped to +-return_clip; [W] position / "
     "max_position; [W+1] unrealised PnL of the open lots / initial_cash * upnl_scale, clipped to +-upnl_clip; "
-    "[W+2] bars held in the current position / time_scale, clipped at 1. Lots: one lot = initial_cash / "
+    "[W+2] bars held in the current position / time_scale, clipped at 1; [W+3+j] the data's column features[j] "
+    "as a rolling z-score over the feature_window bars ending at the bar (float64: mean and population std of "
+    "the column's defined, non-NaN, values among them), (x - mean) / std clipped to +-feature_clip, 0 where std "
+    "<= feature_std_floor_rel * |mean| + feature_std_floor_abs; the first decision is at or after the first bar "
+    "where every feature column is defined. Lots: one lot = initial_cash / "
     "(max_position * close of the first decision bar) units; fills at the next open with slippage_bps, "
     "fee_bps on each fill's notional (ppo_lstm.policy)")
 
@@ -55,6 +63,12 @@ def constants() -> dict[str, str]:
     """The observation's constants, as this version builds it."""
     return {"return_clip": repr(RETURN_CLIP), "rms_floor": repr(_TINY), "upnl_scale": repr(UPNL_SCALE),
             "upnl_clip": repr(UPNL_CLIP)}
+
+
+def feature_constants() -> dict[str, str]:
+    """The feature columns' normalisation constants (``envs.features``), as this version applies them."""
+    return {"feature_window": str(FEATURE_WINDOW), "feature_clip": repr(FEATURE_CLIP),
+            "feature_std_floor_rel": repr(STD_FLOOR_REL), "feature_std_floor_abs": repr(STD_FLOOR_ABS)}
 
 
 def metadata(env: EnvConfig, hidden_size: int, lstm_size: int, fingerprint: str, source: str) -> dict[str, str]:
@@ -67,9 +81,9 @@ def metadata(env: EnvConfig, hidden_size: int, lstm_size: int, fingerprint: str,
         "episode_length": str(env.episode_length), "initial_cash": repr(float(env.initial_cash)),
         "fee_bps": repr(float(env.fee_bps)), "slippage_bps": repr(float(env.slippage_bps)),
         "positions": json.dumps([a - offset for a in range(env.num_actions)]),
-        "features": json.dumps(list(getattr(env, "features", ()) or ())), "observation": OBSERVATION_LAYOUT,
+        "features": json.dumps(list(env.feature_names)), "observation": OBSERVATION_LAYOUT,
         "obs_dim": str(env.obs_dim), "num_actions": str(env.num_actions), "hidden_size": str(hidden_size),
-        "lstm_size": str(lstm_size), **constants(), "time_scale": str(env.episode_length),
+        "lstm_size": str(lstm_size), **constants(), "time_scale": str(env.episode_length), **feature_constants(),
         "inputs": "observation [B, obs_dim] float32; h [B, lstm_size] float32; c [B, lstm_size] float32 "
                   "(zeros at the first decision, then the previous h_next, c_next)",
         "outputs": "logits [B, num_actions] float32; value [B] float32; h_next [B, lstm_size]; c_next [B, lstm_size]",
@@ -82,15 +96,17 @@ def spec_of(meta: dict[str, str], source: str) -> PolicySpec:
         raise ValueError("its metadata has no 'format': it was not written by export-ppo-lstm")
     if meta.get("version") != MODEL_VERSION:
         raise ValueError(f"model format version {meta.get('version')!r}; this version reads {MODEL_VERSION}")
-    ours = constants()
-    other = [k for k in ours if meta.get(k) != ours[k]]
-    if other:
-        raise ValueError(f"its observation constants ({', '.join(other)}) are not this version's")
     saved: dict[str, Any] = json.loads(meta["env"])
     names = {f.name for f in fields(EnvConfig)}
     env = EnvConfig(**{k: v for k, v in saved.items() if k in names})
     env.validate()
     features = tuple(json.loads(meta.get("features", "[]")))
+    if features != env.feature_names:
+        raise ValueError(f"its features {list(features)} are not its env's {list(env.feature_names)}")
+    ours = {**constants(), **(feature_constants() if features else {})}
+    other = [k for k in ours if meta.get(k) != ours[k]]
+    if other:
+        raise ValueError(f"its observation constants ({', '.join(other)}) are not this version's")
     return PolicySpec(env=env, lstm_size=int(meta["lstm_size"]), fingerprint=meta["fingerprint"], backend="onnx",
                       source=source, features=features)
 

@@ -9,6 +9,10 @@ as a bar closes, and can stop and resume without replaying history::
     decision = policy.update(time, open_, high, low, close, volume)  # each new bar
     decision.target_position                                        # lots for the next bar
 
+A policy trained with ``--features`` also reads the bar's feature columns: ``warm_up``
+loads them from the file or DataFrame (by name, as training did), and ``update`` takes
+them by name: ``policy.update(time, o, h, l, c, v, features={"vol_z": 0.4, "rsi": 61.0})``.
+
 Timing (the backtest's): ``update(bar t)`` returns the decision taken after bar ``t``
 closes: ``target_position`` signed lots to hold during bar ``t+1``, traded at its open.
 When bar ``t+1`` comes in, the policy books that trade at bar ``t+1``'s open with the
@@ -22,18 +26,24 @@ those of bars ``lo+1..lo+window``): there the LSTM starts from zero and the acco
 flat with ``initial_cash``, one lot being ``initial_cash / (K * close)`` units of that
 bar's close. The time feature's scale is the training episode length, clipped at 1
 (``envs.observation``). An account whose equity reaches 0 stays flat (the backtest's rule).
+With feature columns, the first decision is also at or after the first bar where every
+feature is defined (a column's leading NaN rows are its warm-up), as in
+``backtest_history``: then the account opens at that bar.
 
 The observations come from the env's own code: ``envs.observation.normalised_returns``
 on the last ``window + 1`` closes (the same value, bit for bit, as on the whole file:
-``tests/test_policy.py``), the env's ``Observer`` and ``Ledger``. The network step is the
-agent's own ``step`` (``TorchStep``) or the exported ONNX step (``ppo_lstm.onnx_model``).
+``tests/test_policy.py``), the env's ``Observer`` and ``Ledger``, and the feature columns'
+rolling z-scores by ``envs.features.feature_zscores`` on the last ``FEATURE_WINDOW`` raw rows
+(the rule of ``FeatureNormaliser``: bit for bit the values of the whole file). The network
+step is the agent's own ``step`` (``TorchStep``) or the exported ONNX step (``ppo_lstm.onnx_model``).
 
 State: ``state_dict()`` is plain JSON data (numbers, strings, lists; floats written
 with ``repr`` round-trip exactly); ``save_state``/``load_state`` write and read it as a
 JSON file (atomically). It carries a fingerprint of the policy (its weights and
-settings), the costs, ``start``, and a SHA-256 chain of every bar consumed, so a state
-is refused by another policy, and a file whose earlier bars differ is refused by
-``verify_history``.
+settings), the costs, ``start``, the feature normaliser's constants and its last
+``FEATURE_WINDOW`` raw rows (NaN written as null), and a SHA-256 chain of every bar
+consumed (time, OHLCV and feature values), so a state is refused by another policy or
+normaliser, and a file whose earlier bars differ is refused by ``verify_history``.
 """
 from __future__ import annotations
 
@@ -41,9 +51,10 @@ import hashlib
 import json
 import math
 import os
+from collections import deque
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 import numpy as np
 import pandas as pd
@@ -51,6 +62,7 @@ import torch
 
 from envs.config import EnvConfig
 from envs.data import DataError, MarketData, _parse_date, load_ohlcv
+from envs.features import FEATURE_CLIP, FEATURE_WINDOW, STD_FLOOR_ABS, STD_FLOOR_REL, feature_zscores
 from envs.ledger import Ledger
 from envs.observation import Observer, normalised_returns
 
@@ -65,6 +77,13 @@ _NS = np.dtype("datetime64[ns]")
 # (obs [1, D] float32, h [1, H], c [1, H]) -> (logits [A] float32, value, h' [1, H], c' [1, H])
 StepFn = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, float, np.ndarray, np.ndarray]]
 Source = Union[MarketData, pd.DataFrame, str, os.PathLike]
+FeatureValues = Mapping[str, Optional[float]]
+
+
+def feature_constants() -> dict[str, Any]:
+    """The feature normaliser's constants, as this version applies them (``envs.features``)."""
+    return {"window": FEATURE_WINDOW, "clip": FEATURE_CLIP, "std_floor_rel": STD_FLOOR_REL,
+            "std_floor_abs": STD_FLOOR_ABS}
 
 
 @dataclass(frozen=True)
@@ -75,7 +94,7 @@ class PolicySpec:
     ``episode_length`` is the time feature's scale); ``fingerprint``: SHA-256 of the
     checkpoint's weights and settings (``checkpoint_fingerprint``); ``backend``:
     ``"checkpoint"`` or ``"onnx"``; ``features``: the data's feature columns the
-    observation uses (none today).
+    observation uses (``env.feature_names``: the training ``--features``, in order).
     """
 
     env: EnvConfig
@@ -189,17 +208,22 @@ class Decision:
 
 
 def bar_records(time_ns: np.ndarray, open_: np.ndarray, high: np.ndarray, low: np.ndarray, close: np.ndarray,
-                volume: np.ndarray) -> np.ndarray:
-    """[n, 6] int64: each bar's time (ns) and the bits of its OHLCV (float64): what the chain hashes."""
-    records = np.empty((len(time_ns), 6), np.int64)
+                volume: np.ndarray, features: Optional[np.ndarray] = None) -> np.ndarray:
+    """[n, 6+F] int64: each bar's time (ns), the bits of its OHLCV (float64) and of its raw
+    feature values ``features [n, F]`` (float64, every NaN as the one NaN): what the chain hashes."""
+    F = 0 if features is None else features.shape[1]
+    records = np.empty((len(time_ns), 6 + F), np.int64)
     records[:, 0] = time_ns
     prices = np.stack([np.asarray(a, dtype=np.float64) for a in (open_, high, low, close, volume)], axis=1)
-    records[:, 1:] = prices.view(np.int64)
+    records[:, 1:6] = prices.view(np.int64)
+    if F:
+        values = np.asarray(features, dtype=np.float64)
+        records[:, 6:] = np.where(np.isnan(values), np.nan, values).view(np.int64)
     return records
 
 
 def chain_digest(digest: bytes, records: np.ndarray) -> bytes:
-    """The bar chain after ``records`` [n, 6]: ``d <- sha256(d + record)`` for each bar in turn."""
+    """The bar chain after ``records`` [n, 6+F]: ``d <- sha256(d + record)`` for each bar in turn."""
     for row in records:
         digest = hashlib.sha256(digest + row.tobytes()).digest()
     return digest
@@ -227,12 +251,13 @@ class TradingPolicy:
 
     def __init__(self, spec: PolicySpec, step: StepFn, env: Optional[EnvConfig] = None) -> None:
         """``env``: the settings to trade with (default ``spec.env``; only the costs may differ)."""
-        if spec.features:
-            raise UsageError(f"{spec.source}: the policy reads feature columns {', '.join(spec.features)}, which "
-                             f"this version's streaming policy does not build; use a newer ppo-lstm-trader")
         self.spec, self._step = spec, step
         self.env = spec.env if env is None else env
         self.env.validate()
+        if tuple(spec.features) != self.env.feature_names:
+            raise UsageError(f"{spec.source}: the policy's feature columns {list(spec.features)} are not its env's "
+                             f"{list(self.env.feature_names)}")
+        self._nfeat = len(spec.features)
         W, L = self.env.window, self.env.episode_length
         self._flat = 0 if self.env.no_short else self.env.max_position  # action index of 0 lots
         # one env whose time feature is clipped at the training length L, as the backtest's
@@ -257,7 +282,8 @@ class TradingPolicy:
         path = checkpoint_file(Path(checkpoint))
         agent, config = load_policy(path, device)
         spec = PolicySpec(env=config.env, lstm_size=config.lstm_size,
-                          fingerprint=checkpoint_fingerprint(agent, config), backend="checkpoint", source=str(path))
+                          fingerprint=checkpoint_fingerprint(agent, config), backend="checkpoint", source=str(path),
+                          features=config.env.feature_names)
         return cls(spec, TorchStep(agent, device), with_costs(config.env, fee_bps, slippage_bps))
 
     @classmethod
@@ -273,7 +299,8 @@ class TradingPolicy:
     def from_agent(cls, agent: RecurrentActorCritic, env: EnvConfig, device: torch.device | str = "cpu",
                    fingerprint: str = "") -> "TradingPolicy":
         """An agent in memory with its training env settings."""
-        spec = PolicySpec(env=env, lstm_size=agent.lstm_size, fingerprint=fingerprint, source="agent")
+        spec = PolicySpec(env=env, lstm_size=agent.lstm_size, fingerprint=fingerprint, source="agent",
+                          features=env.feature_names)
         return cls(spec, TorchStep(agent, device))
 
     # ------------------------------------------------------------------ the stream
@@ -287,6 +314,9 @@ class TradingPolicy:
         self._last_ns: Optional[int] = None
         self._closes: list[float] = []  # the last W closes (W + 1 while a bar is consumed)
         self._window = np.zeros(W, np.float32)  # normalised returns of the last W bars
+        # raw feature rows [F] float64 of the last FEATURE_WINDOW bars (NaN: not defined yet)
+        self._feat_rows: deque[np.ndarray] = deque(maxlen=FEATURE_WINDOW)
+        self._feat_z = np.zeros(self._nfeat, np.float32)  # the last bar's normalised features
         self._since_start = 0  # bars consumed at or after start
         self._opened = False
         self._h = self._c = np.zeros((1, self.spec.lstm_size), np.float32)
@@ -309,30 +339,41 @@ class TradingPolicy:
         Returns the decision for the bar after the last one (None: fewer than
         ``window + 1`` bars from ``start``). Resets the stream first.
         """
-        data = as_market_data(source, date_format)
+        data = as_market_data(source, date_format, self.spec.features)
         self.reset()
         self.begin(start)
         return self.feed(data)
 
     def feed(self, data: MarketData, first: int = 0) -> Optional[Decision]:
-        """Consume ``data``'s bars ``first..`` in order (bars the loader has validated)."""
+        """Consume ``data``'s bars ``first..`` in order (bars the loader has validated; with
+        feature columns, ``data`` must carry the policy's: ``load_ohlcv(..., features=...)``)."""
         stamps = np.asarray(data.timestamps).astype(_NS).view(np.int64)[first:]
         if len(stamps) and self._last_ns is not None and int(stamps[0]) <= self._last_ns:
             raise UsageError(f"{data.source}: bar {first} ({pd.Timestamp(int(stamps[0]))}) is not after the last "
                              f"bar consumed ({pd.Timestamp(self._last_ns)})")
         columns = [np.asarray(a, dtype=np.float64)[first:] for a in (data.open, data.high, data.low, data.close,
                                                                       data.volume)]
-        records = bar_records(stamps, *columns)
+        raw = self._features_of(data)
+        raw = None if raw is None else raw[first:]
+        z = self._normalise(raw, data.source) if raw is not None else None
+        records = bar_records(stamps, *columns, raw)
         for i, (t, o, c) in enumerate(zip(stamps.tolist(), columns[0].tolist(), columns[3].tolist())):
+            if raw is not None:
+                self._feat_rows.append(raw[i].copy())
+                self._feat_z = z[i]
             self._consume(records[i], t, o, c)
         return self._decision
 
     def update(self, time: Any, open: float, high: float, low: float, close: float,  # noqa: A002 - OHLCV names
-               volume: float = 0.0) -> Optional[Decision]:
+               volume: float = 0.0, features: Optional[FeatureValues] = None) -> Optional[Decision]:
         """Consume one new bar (after it closed); returns the decision for the next bar.
 
         ``time``: anything ``pandas.Timestamp`` reads (time zones become naive UTC), after
-        the last bar's; prices finite and > 0, volume finite and >= 0. UsageError otherwise.
+        the last bar's; prices finite and > 0, volume finite and >= 0. ``features``: with a
+        policy trained with ``--features``, the bar's raw value of each feature column, by
+        name (matched case-insensitively, as the loader does; a dict, a ``pandas.Series`` or
+        any mapping): finite, or None/NaN while that column has had no value yet (its
+        warm-up). UsageError otherwise.
         """
         t = _time_ns(time)
         if self._last_ns is not None and t <= self._last_ns:
@@ -343,8 +384,85 @@ class TradingPolicy:
                              f"{values[:4]}")
         if not (math.isfinite(values[4]) and values[4] >= 0):
             raise UsageError(f"bar at {pd.Timestamp(t)}: volume must be finite and >= 0, got {values[4]}")
-        self._consume(bar_records(np.array([t]), *([v] for v in values))[0], t, values[0], values[3])
+        raw = self._feature_row(features, pd.Timestamp(t))
+        z = self._normalise(raw, f"bar at {pd.Timestamp(t)}") if raw is not None else None
+        record = bar_records(np.array([t]), *([v] for v in values), raw)[0]
+        if raw is not None:
+            self._feat_rows.append(raw[0].copy())
+            self._feat_z = z[0]
+        self._consume(record, t, values[0], values[3])
         return self._decision
+
+    # ------------------------------------------------------------------ feature columns
+
+    def _features_of(self, data: MarketData) -> Optional[np.ndarray]:
+        """The policy's feature columns of ``data`` [n, F] float64 in the policy's order (None
+        without features); UsageError naming a column ``data`` was not loaded with."""
+        if not self._nfeat:
+            return None
+        have = {str(name).lower(): j for j, name in enumerate(data.feature_names)}
+        missing = [name for name in self.spec.features if name.lower() not in have]
+        if missing or data.features is None:
+            names = ", ".join(map(repr, missing or self.spec.features))
+            raise UsageError(f"{data.source}: has no feature column {names}, which the policy reads (trained with --features {self.env.features}); load the "
+                             f"data with those columns (load_ohlcv(..., features=...)), or pass a file or DataFrame")
+        values = np.asarray(data.features, dtype=np.float64)
+        if values.shape != (len(data), len(data.feature_names)):
+            raise UsageError(f"{data.source}: its features have shape {values.shape}, expected "
+                             f"({len(data)}, {len(data.feature_names)}): one row per bar, one column per name")
+        return values[:, [have[name.lower()] for name in self.spec.features]]
+
+    def _feature_row(self, features: Optional[FeatureValues], when: pd.Timestamp) -> Optional[np.ndarray]:
+        """``update``'s ``features`` as one raw row [1, F] float64 in the policy's order."""
+        names = self.spec.features
+        if not names:
+            if features:
+                raise UsageError(f"bar at {when}: features {sorted(map(str, features.keys()))} given, but this "
+                                 f"policy reads no feature columns (it was trained without --features)")
+            return None
+        if features is None:
+            raise UsageError(f"bar at {when}: the policy reads feature columns {', '.join(names)}; pass them as "
+                             f"update(..., features={{{', '.join(repr(n) + ': ...' for n in names)}}})")
+        if not hasattr(features, "keys"):
+            raise UsageError(f"bar at {when}: features must map each column name to its value (a dict), got "
+                             f"{type(features).__name__}")
+        given = {str(key).lower(): key for key in features.keys()}
+        if len(given) != len(list(features.keys())):
+            raise UsageError(f"bar at {when}: features name a column twice (names are matched case-insensitively)")
+        wanted = {name.lower() for name in names}
+        missing = [name for name in names if name.lower() not in given]
+        unknown = [str(key) for low, key in given.items() if low not in wanted]
+        if missing or unknown:
+            what = [f"no value for {', '.join(map(repr, missing))}"] if missing else []
+            what += [f"unknown column(s) {', '.join(map(repr, unknown))}"] if unknown else []
+            raise UsageError(f"bar at {when}: features: {'; '.join(what)}; the policy reads {', '.join(names)}")
+        row = np.empty((1, len(names)))
+        for j, name in enumerate(names):
+            value = features[given[name.lower()]]
+            try:
+                row[0, j] = np.nan if value is None else float(value)
+            except (TypeError, ValueError):
+                raise UsageError(f"bar at {when}: feature {name!r} must be a number, got {value!r}") from None
+        return row
+
+    def _normalise(self, raw: np.ndarray, where: str) -> np.ndarray:
+        """The normalised features [n, F] float32 of new raw rows ``raw`` [n, F] after the rows
+        kept: ``feature_zscores`` of them all (a row's value depends only on its window).
+        UsageError for inf, or a NaN after a column's first value (the loader's rules)."""
+        previous = list(self._feat_rows)
+        defined = ~np.isnan(raw)
+        if np.isinf(raw).any():
+            raise UsageError(f"{where}: an infinite value in feature column "
+                             f"{self.spec.features[int(np.argmax(np.isinf(raw).any(axis=0)))]!r}")
+        seen = ~np.isnan(previous[-1]) if previous else np.zeros(raw.shape[1], bool)
+        after_first = np.logical_or.accumulate(defined, axis=0) | seen  # [n, F]: the column has had a value
+        gap = after_first & ~defined
+        if gap.any():
+            j = int(np.argmax(gap.any(axis=0)))
+            raise UsageError(f"{where}: no value (NaN) for feature {self.spec.features[j]!r} after its first value; "
+                             f"only a column's leading bars (its warm-up) may lack one")
+        rows = np.concatenate([np.stack(previous), raw]) if previous else raw
+        return feature_zscores(rows, FEATURE_WINDOW)[len(previous):]
 
     def fill(self, price: float, lots: int) -> None:
         """Report the real fill of the pending decision: ``lots`` signed lots held from the next
@@ -386,6 +504,13 @@ class TradingPolicy:
     def start(self) -> Optional[pd.Timestamp]:
         return None if self._start_ns is None else pd.Timestamp(self._start_ns)
 
+    def undefined_features(self) -> list[str]:
+        """The feature columns without a value at the last bar consumed (their warm-up): no
+        decision is taken while there are any."""
+        if not self._bars:
+            return list(self.spec.features)
+        return [name for name, z in zip(self.spec.features, self._feat_z.tolist()) if math.isnan(z)]
+
     @property
     def position(self) -> int:
         """Lots held now (0 before the first decision)."""
@@ -407,12 +532,16 @@ class TradingPolicy:
         self._push_close(close)
         if self._start_ns is None or t >= self._start_ns:
             self._since_start += 1
-        if not self._opened and self._since_start == self.env.window + 1:
+        if not self._opened and self._since_start > self.env.window and self._features_defined():
             self._ledger.open(slice(None), np.array([close]))
             self._h = self._c = np.zeros((1, self.spec.lstm_size), np.float32)
             self._opened = True
         if self._opened:
             self._decide(t)
+
+    def _features_defined(self) -> bool:
+        """Every feature defined at the last bar (always true without features)."""
+        return not np.isnan(self._feat_z).any()
 
     def _push_close(self, close: float) -> None:
         """The normalised return of the new bar, by ``normalised_returns`` on the last W + 1 closes
@@ -445,6 +574,8 @@ class TradingPolicy:
     def _decide(self, t: int) -> None:
         W = self.env.window
         self._observer.z[0, :W] = self._window
+        if self._nfeat:
+            self._observer.feat[0, 0] = self._feat_z
         obs = self._observer.observe(self._ledger, self._t0, 0)  # [1, D]
         logits, value, self._h, self._c = self._step(obs, self._h, self._c)
         action = self._flat if self._bust else int(np.argmax(logits))
@@ -472,6 +603,8 @@ class TradingPolicy:
             "last_time": None if self._last_ns is None else pd.Timestamp(self._last_ns).isoformat(),
             "since_start": self._since_start, "closes": list(self._closes), "window": self._window.tolist(),
             "opened": self._opened, "ledger": ledger,
+            "features": {"names": list(self.spec.features), **feature_constants(),
+                         "rows": [[None if math.isnan(v) else v for v in row.tolist()] for row in self._feat_rows]},
             "lstm": {"h": self._h[0].tolist(), "c": self._c[0].tolist()},
             "action": int(self._action[0]), "fill": None if self._fill is None else list(self._fill),
             "bust": self._bust, "decision": None if self._decision is None else self._decision._state(),
@@ -487,6 +620,9 @@ class TradingPolicy:
         self._check_owner(state.get("policy"))
         try:
             self._restore(state)
+        except UsageError:
+            self.reset()
+            raise
         except (KeyError, TypeError, ValueError, IndexError, OverflowError) as err:
             self.reset()
             raise UsageError(f"not a valid policy state ({one_line(err)})") from None
@@ -531,8 +667,9 @@ class TradingPolicy:
                 and (self._bars == 0) == (self._last_ns is None)):
             raise ValueError("its counts, closes, window or LSTM state do not fit this policy")
         self._closes, self._window, self._h, self._c = closes, window, h, c
+        self._restore_features(s.get("features"))
         self._opened = bool(s["opened"])
-        if self._opened != (self._since_start > W):
+        if self._opened and self._since_start <= W:
             raise ValueError("'opened' does not match the bars consumed")
         if self._opened:
             arrays = {}
@@ -551,6 +688,34 @@ class TradingPolicy:
                 self._fill = (float(price), int(lots))
             self._bust = bool(s["bust"])
             self._decision = Decision._from_state(s["decision"], self.spec.positions, self.env.obs_dim)
+
+    def _restore_features(self, saved: Any) -> None:
+        """The feature normaliser's rows; ValueError unless they fit this policy and its constants."""
+        if not self._nfeat and saved is None:
+            return  # a state of a policy without features may lack the entry
+        if not isinstance(saved, dict):
+            raise ValueError("no 'features' entry")
+        if saved.get("names") != list(self.spec.features):
+            raise ValueError(f"its feature normaliser's columns {saved.get('names')} are not the policy's "
+                             f"{list(self.spec.features)}")
+        if not self._nfeat:
+            return
+        ours = feature_constants()
+        other = [f"{k} {saved.get(k)!r} (now {v!r})" for k, v in ours.items() if saved.get(k) != v]
+        if other:
+            raise UsageError(f"the state's feature normaliser has other constants: {', '.join(other)}; start a new "
+                             f"state")
+        rows = np.array([[np.nan if v is None else float(v) for v in row] for row in saved["rows"]],
+                        dtype=np.float64).reshape(-1, self._nfeat)
+        if len(rows) != min(self._bars, FEATURE_WINDOW) or np.isinf(rows).any():
+            raise ValueError(f"its feature normaliser holds {len(rows)} rows; {min(self._bars, FEATURE_WINDOW)} "
+                             f"expected after {self._bars} bars")
+        defined = ~np.isnan(rows)
+        if (np.logical_or.accumulate(defined, axis=0) & ~defined).any():
+            raise ValueError("its feature normaliser holds a NaN after a column's first value")
+        self._feat_rows.extend(rows)
+        if len(rows):
+            self._feat_z = feature_zscores(rows, FEATURE_WINDOW)[-1]
 
     def save_state(self, path: str | os.PathLike) -> None:
         """Write ``state_dict()`` to ``path`` as JSON, atomically (a temp file renamed over it)."""
@@ -591,7 +756,9 @@ class TradingPolicy:
                              f"(up to {self.last_time}); pass the file the state was built on, or start a new "
                              f"state")
         stamps = np.asarray(data.timestamps[:n]).astype(_NS).view(np.int64)
-        records = bar_records(stamps, data.open[:n], data.high[:n], data.low[:n], data.close[:n], data.volume[:n])
+        raw = self._features_of(data)
+        records = bar_records(stamps, data.open[:n], data.high[:n], data.low[:n], data.close[:n], data.volume[:n],
+                              None if raw is None else raw[:n])
         if chain_digest(b"", records) != self._digest:
             raise UsageError(f"{data.source}: its first {n} bars (to {pd.Timestamp(int(stamps[-1])) if n else '-'}) "
                              f"are not the {n} bars the state has consumed (to {self.last_time}): another file, or "
@@ -618,12 +785,16 @@ def with_costs(env: EnvConfig, fee_bps: Optional[float], slippage_bps: Optional[
     return env
 
 
-def as_market_data(source: Source, date_format: Optional[str] = None) -> MarketData:
+def as_market_data(source: Source, date_format: Optional[str] = None,
+                   features: tuple[str, ...] = ()) -> MarketData:
     """``source`` as validated bars: a ``MarketData`` as it is; a DataFrame or file through
-    ``envs.data.load_ohlcv`` (DataError becomes UsageError)."""
+    ``envs.data.load_ohlcv``, with the feature columns ``features`` (DataError becomes
+    UsageError: a file lacking one of them is refused, naming the column)."""
     if isinstance(source, MarketData):
         return source
     try:
-        return load_ohlcv(source, date_format)
+        return load_ohlcv(source, date_format, features=features)
     except DataError as err:
+        if features and "feature column" in str(err):
+            raise UsageError(f"{err} (the policy was trained with --features {','.join(features)})") from None
         raise UsageError(str(err)) from None

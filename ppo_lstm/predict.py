@@ -11,6 +11,10 @@ stream's state is saved there, and a later call on the same file with new bars
 appended consumes only the new bars (and prints what a call from scratch prints). A
 state is refused (one line, exit 2) by another checkpoint or route, other costs or
 ``--start``, or a file whose earlier bars are not the ones it consumed.
+
+A policy trained with ``--features`` reads those columns of the file (by name, as
+training did; a file lacking one is refused, naming it), and decides from the first bar
+where every one is defined, as ``evaluate-ppo-lstm`` does.
 """
 from __future__ import annotations
 
@@ -47,7 +51,8 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
                         help="a .pt file, or a checkpoint dir (its best.pt, else the checkpoint 'latest' names)")
     policy.add_argument("--model", type=Path, metavar="FILE",
                         help="an ONNX file written by export-ppo-lstm (run with onnxruntime: the 'onnx' extra)")
-    parser.add_argument("--data", required=True, type=Path, metavar="PATH", help="OHLCV history (CSV or Parquet)")
+    parser.add_argument("--data", required=True, type=Path, metavar="PATH", help="OHLCV history (CSV or Parquet), "
+                        "with the feature columns of a checkpoint trained with --features")
     parser.add_argument("--start", metavar="DATE", help="first bar of the slice, as evaluate-ppo-lstm --start: its "
                         "first window bars fill the first observation, the bars before it only warm up the "
                         "normalised returns (default: the file's first bar)")
@@ -87,6 +92,8 @@ def check_state_path(path: Path) -> None:
 
 
 def too_few(policy: TradingPolicy, source: str, bars: int, start: Optional[str]) -> UsageError:
+    """Fewer than window + 1 bars from --start. (A file whose feature column has no value yet at
+    its last bar holds no value in it at all: the loader refuses it, naming the column.)"""
     W = policy.env.window
     chosen = f"has {bars} bars from --start {start}" if start else f"has {bars} bars"
     return UsageError(f"{source}: {chosen}; a decision needs at least window + 1 = {W + 1} (the policy's {W}-bar "
@@ -98,7 +105,7 @@ def run(args: argparse.Namespace) -> tuple[TradingPolicy, Decision, int]:
     if args.state is not None:
         check_state_path(args.state)
     policy = load(args)
-    data = as_market_data(args.data, args.date_format)
+    data = as_market_data(args.data, args.date_format, policy.spec.features)
     if args.state is not None and args.state.exists():
         policy.load_state(args.state)
         start = None if args.start is None else parse_start(args.start)

@@ -4,6 +4,8 @@ policy takes the checkpoint's (and so the backtest's) greedy action at every bar
 are one line and exit 2."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 
@@ -14,12 +16,12 @@ import torch
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from deploy_fixtures import train_tiny  # noqa: E402
+from deploy_fixtures import VOL_WARMUP, featured_run, train_tiny  # noqa: E402
 from envs.data import date_span, load_ohlcv  # noqa: E402
 from ppo_lstm import TradingPolicy, export_onnx, predict  # noqa: E402
 from ppo_lstm.backtest import backtest_history  # noqa: E402
 from ppo_lstm.evaluate import load_policy  # noqa: E402
-from ppo_lstm.onnx_model import OnnxStep  # noqa: E402
+from ppo_lstm.onnx_model import OnnxStep, spec_of  # noqa: E402
 from ppo_lstm.policy import checkpoint_fingerprint  # noqa: E402
 
 START = "2021-02-01"
@@ -44,6 +46,7 @@ def test_metadata_carries_what_a_consumer_needs(run: Path) -> None:
     assert (meta["window"], meta["max_position"], meta["no_short"]) == ("12", "1", "false")
     assert json.loads(meta["env"]) == {k: getattr(env, k) for k in json.loads(meta["env"])}
     assert json.loads(meta["positions"]) == [-1, 0, 1] and json.loads(meta["features"]) == []
+    assert spec_of(meta, "m").features == ()
     assert (meta["obs_dim"], meta["lstm_size"], meta["time_scale"]) == ("15", "24", str(env.episode_length))
     assert (meta["return_clip"], meta["rms_floor"], meta["upnl_scale"], meta["upnl_clip"]) == ("5.0", "1e-12",
                                                                                                 "10.0", "10.0")
@@ -151,3 +154,69 @@ def test_bad_models_and_exports_are_one_line_and_exit_2(run: Path, capsys: pytes
     one_error(capsys, export_onnx.main, ["--checkpoint", run / "checkpoints", "--onnx", tmp_path / "no" / "x.onnx"],
               "no directory")
     assert not (tmp_path / "x.onnx").exists()
+
+
+# ----------------------------------------------------------------------------- feature columns
+
+
+@pytest.fixture(scope="module")
+def featured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    """The shared run trained with --features vol_z,Mom, its model exported here, and what the export printed."""
+    run = featured_run(tmp_path_factory)
+    model = tmp_path_factory.mktemp("onnx-featured") / "policy.onnx"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert export_onnx.main(["--checkpoint", str(run / "checkpoints"), "--onnx", str(model)]) == 0
+    return run, model, printed.getvalue()
+
+
+def test_featured_metadata_names_the_columns_and_their_normalisation(featured: tuple[Path, Path, str]) -> None:
+    run, model, printed = featured
+    assert "observation 13 (window 8, features vol_z,Mom)" in printed
+    meta = {p.key: p.value for p in onnx.load(model).metadata_props}
+    assert json.loads(meta["features"]) == ["vol_z", "Mom"] and json.loads(meta["env"])["features"] == "vol_z,Mom"
+    assert meta["obs_dim"] == "13"  # window 8 + 3 + 2 features
+    assert (meta["feature_window"], meta["feature_clip"]) == ("256", "5.0")
+    assert (meta["feature_std_floor_rel"], meta["feature_std_floor_abs"]) == ("1e-09", "1e-12")
+    assert "[W+3+j] the data's column features[j]" in meta["observation"]
+    assert spec_of(meta, "m").features == ("vol_z", "Mom")
+    for key, value, match in (("feature_window", "128", "feature_window"), ("features", '["vol_z"]', "not its env's")):
+        with pytest.raises(ValueError, match=match):
+            spec_of({**meta, key: value}, "m")
+
+
+def test_featured_onnx_policy_takes_the_checkpoints_decisions_at_every_bar(featured: tuple[Path, Path, str],
+                                                                          capsys: pytest.CaptureFixture,
+                                                                          tmp_path: Path) -> None:
+    run, model, _ = featured
+    agent, config = load_policy(run / "checkpoints" / "best.pt")
+    data = load_ohlcv(run / "prices.csv", features=config.env.feature_names)
+    result = backtest_history(agent, config.env, data)  # decisions from bar 30, where Vol_Z is first defined
+    routes = {}
+    for name, policy in (("checkpoint", TradingPolicy.load(run / "checkpoints")),
+                         ("onnx", TradingPolicy.from_onnx(model))):
+        decisions = []
+        for i in range(len(data)):
+            decision = policy.update(data.timestamps[i], data.open[i], data.high[i], data.low[i], data.close[i],
+                                     features=dict(zip(("VOL_Z", "mom"), data.features[i])))
+            if decision is not None:
+                decisions.append(decision)
+        routes[name] = decisions
+    torch_route, onnx_route = routes["checkpoint"], routes["onnx"]
+    assert len(onnx_route) == len(torch_route) == result.bars + 1 == len(data) - VOL_WARMUP
+    targets = np.array([d.target_position for d in onnx_route])
+    assert np.array_equal(targets, [d.target_position for d in torch_route])  # the argmax at every bar
+    assert np.array_equal(targets[:-1], result.position) and len(set(targets.tolist())) >= 2
+    np.testing.assert_allclose([d.logits for d in onnx_route], [d.logits for d in torch_route], rtol=0, atol=1e-5)
+    assert np.array_equal([d.observation for d in onnx_route], [d.observation for d in torch_route])
+    # predict-ppo-lstm --model on the file with feature columns, from scratch and through a growing --state
+    lines = (run / "prices.csv").read_text().splitlines(keepends=True)
+    live, state = tmp_path / "live.csv", tmp_path / "state.json"
+    for rows in (40, 41, len(lines) - 1):
+        live.write_text("".join(lines[: rows + 1]))
+        incremental = json_of(capsys, "--model", model, "--data", live, "--state", state)
+        scratch = json_of(capsys, "--model", model, "--data", live)
+        incremental.pop("new_bars"), scratch.pop("new_bars")
+        assert incremental == scratch
+        assert scratch["target_position"] == onnx_route[rows - 1 - VOL_WARMUP].target_position
+    assert scratch["logits"] == list(onnx_route[-1].logits)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -12,10 +13,11 @@ import pandas as pd
 import pytest
 import torch
 
-from deploy_fixtures import train_tiny
+from deploy_fixtures import VOL_WARMUP, featured_run, train_tiny
 from envs.config import EnvConfig
 from envs.core import TradingCore
 from envs.data import MarketData, date_span, load_ohlcv
+from envs.features import feature_zscores
 from envs.observation import normalised_returns
 from ppo_lstm import TradingPolicy
 from ppo_lstm.agent import RecurrentActorCritic
@@ -178,8 +180,9 @@ def test_fill_books_the_reported_fill(run: Path) -> None:
 
 
 def data_head(data: MarketData, n: int) -> MarketData:
-    return dataclasses.replace(data, **{k: getattr(data, k)[:n] for k in ("timestamps", "open", "high", "low",
-                                                                            "close", "volume")})
+    """The first ``n`` bars of ``data`` (and of its feature columns)."""
+    head = {k: getattr(data, k)[:n] for k in ("timestamps", "open", "high", "low", "close", "volume")}
+    return dataclasses.replace(data, **head, features=None if data.features is None else data.features[:n])
 
 
 def test_a_bust_account_is_kept_flat() -> None:
@@ -234,3 +237,144 @@ def test_bad_bars_fills_and_states_are_refused(run: Path) -> None:
         with pytest.raises(UsageError):
             fresh.load_state_dict(broken)
         assert fresh.bars == 0  # nothing half-restored
+
+
+# ----------------------------------------------------------------------------- feature columns
+
+
+@pytest.fixture(scope="module")
+def featured(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """prices.csv with the indicator columns Vol_Z and mom (leading NaN rows) and a tiny model
+    trained on it with --features vol_z,Mom (shared by the deploy tests; read only)."""
+    return featured_run(tmp_path_factory)
+
+
+def feature_values(data: MarketData, i: int, spell=str.upper) -> dict[str, float]:
+    """Bar ``i``'s raw feature values by name, spelled otherwise than at training (names match in any case)."""
+    return {spell(name): float(v) for name, v in zip(data.feature_names, data.features[i])}
+
+
+def stream_featured(policy: TradingPolicy, data: MarketData, start: str | None = None, first: int = 0
+                    ) -> list[Decision]:
+    """Every decision of ``policy`` fed bars ``first..`` one at a time through ``update(..., features=)``
+    (from a fresh stream when ``first`` is 0); NaN and None both mark a value not there yet."""
+    if first == 0:
+        policy.reset()
+        policy.begin(start)
+    decisions = []
+    for i in range(first, len(data)):
+        values = feature_values(data, i, str.upper if i % 2 else str.lower)
+        if i % 3 == 0:
+            values = {k: (None if np.isnan(v) else v) for k, v in values.items()}
+        decision = policy.update(data.timestamps[i], data.open[i], data.high[i], data.low[i], data.close[i],
+                                 data.volume[i], features=values)
+        if decision is not None:
+            decisions.append(decision)
+    return decisions
+
+
+@pytest.mark.parametrize("start", [None, "2021-01-15", "2021-03-01"])
+def test_featured_stream_takes_the_backtests_decisions_bit_for_bit(featured: Path, start: str | None) -> None:
+    """With feature columns whose first 30 rows are NaN: decisions begin where every feature is
+    defined (bar 30) unless --start puts them later (2021-03-01: bar 41 + W), as in backtest_history."""
+    agent, config = load_policy(featured / "checkpoints" / "best.pt")
+    env, W = config.env, config.env.window
+    assert env.feature_names == ("vol_z", "Mom") and env.obs_dim == W + 5
+    data = load_ohlcv(featured / "prices.csv", features=env.feature_names)
+    assert data.first_defined == VOL_WARMUP
+    lo, hi = date_span(data, start)
+    first = max(lo + W, data.first_defined)  # the first decision bar
+    assert (first == VOL_WARMUP) == (start != "2021-03-01")
+    result = backtest_history(agent, env, data, lo, hi)
+    decisions = stream_featured(TradingPolicy.load(featured / "checkpoints"), data, start)
+    assert len(decisions) == result.bars + 1 == len(data) - first
+    assert [d.time for d in decisions] == [pd.Timestamp(t) for t in data.timestamps[first:]]
+    targets = np.array([d.target_position for d in decisions])
+    assert np.array_equal(targets[:-1], result.position) and len(set(targets.tolist())) >= 2
+    assert np.array_equal([d.equity for d in decisions], result.equity)
+    observations, logits = backtest_observations(agent, env, data, first - W, result.position)
+    got = np.array([d.observation for d in decisions])
+    assert np.array_equal(got, observations)
+    assert torch.equal(torch.tensor([d.logits for d in decisions]), logits)
+    # the features part is the whole file's rolling z-scores at the decision bars, and not all zero
+    assert np.array_equal(got[:, W + 3:], feature_zscores(data.features)[first:])
+    assert np.abs(got[:, W + 3:]).min(axis=0).max() > 0 and not np.isnan(got).any()
+    # warm_up from the file loads the feature columns itself: the same last decision
+    assert TradingPolicy.load(featured / "checkpoints").warm_up(featured / "prices.csv", start) == decisions[-1]
+
+
+@pytest.mark.parametrize("cut", [20, 150])
+def test_featured_state_round_trips_exactly(featured: Path, tmp_path: Path, cut: int) -> None:
+    """A state saved after ``cut`` bars (20: features still NaN, no decision yet; 150: NaN rows
+    kept in the normaliser, as null) and resumed bar by bar gives the stream's decisions exactly."""
+    data = load_ohlcv(featured / "prices.csv", features=("vol_z", "Mom"))
+    whole = stream_featured(TradingPolicy.load(featured / "checkpoints"), data)
+    first = TradingPolicy.load(featured / "checkpoints")
+    # the loader refuses a column with no value at all: bars that old come as a MarketData
+    head = data_head(data, cut) if cut <= VOL_WARMUP else pd.read_csv(featured / "prices.csv").iloc[:cut]
+    assert (first.warm_up(head) is None) == (cut <= VOL_WARMUP)
+    assert first.undefined_features() == (["vol_z"] if cut <= VOL_WARMUP else [])
+    first.save_state(tmp_path / "state.json")
+    state = json.loads((tmp_path / "state.json").read_text())
+    rows = state["features"]["rows"]
+    assert len(rows) == cut and rows[0] == [None, None] and (rows[-1][0] is None) == (cut <= VOL_WARMUP)
+    assert (state["features"]["window"], state["features"]["clip"]) == (256, 5.0)
+    resumed = TradingPolicy.load(featured / "checkpoints")
+    resumed.load_state(tmp_path / "state.json")
+    assert resumed.state_dict() == first.state_dict()
+    resumed.verify_history(data)
+    rest = stream_featured(resumed, data, first=cut)
+    assert rest == whole[-len(rest):] and len(rest) == len(data) - max(cut, VOL_WARMUP)
+
+
+def test_featured_bad_bars_data_and_states_are_refused(featured: Path, run: Path) -> None:
+    policy = TradingPolicy.load(featured / "checkpoints")
+    data = load_ohlcv(featured / "prices.csv", features=("vol_z", "Mom"))
+    bar = ("2024-01-02", 10.0, 10.5, 9.5, 10.2, 100)
+    for features, match in ((None, "pass them as update(..., features={'vol_z': ..., 'Mom': ...})"),
+                            ({"vol_z": 1.0}, "no value for 'Mom'"),
+                            ({"vol_z": 1.0, "mom": 2.0, "rsi": 3.0}, "unknown column(s) 'rsi'"),
+                            ({"vol_z": 1.0, "VOL_Z": 1.0, "mom": 2.0}, "name a column twice"),
+                            ({"vol_z": "high", "mom": 2.0}, "feature 'vol_z' must be a number"),
+                            ({"vol_z": float("inf"), "mom": 2.0}, "infinite value in feature column 'vol_z'"),
+                            ([1.0, 2.0], "must map each column name")):
+        with pytest.raises(UsageError, match=re.escape(match)):
+            policy.update(*bar, features=features)
+    assert policy.bars == 0
+    policy.update(*bar, features={"vol_z": None, "mom": 2.0})
+    with pytest.raises(UsageError, match="no value \\(NaN\\) for feature 'Mom' after its first value"):
+        policy.update("2024-01-03", 10, 10, 10, 10, features={"vol_z": 1.0, "mom": float("nan")})
+    assert policy.bars == 1
+    plain = TradingPolicy.load(run / "checkpoints")
+    with pytest.raises(UsageError, match="reads no feature columns"):
+        plain.update(*bar, features={"vol_z": 1.0})
+    # data without the columns: a MarketData loaded without them, a DataFrame lacking one
+    with pytest.raises(UsageError, match="has no feature column 'vol_z', 'Mom', which the policy reads"):
+        policy.warm_up(load_ohlcv(featured / "prices.csv"))
+    with pytest.raises(UsageError, match="has no feature column 'Mom'.*trained with --features vol_z,Mom"):
+        policy.warm_up(pd.read_csv(featured / "prices.csv").drop(columns="mom"))
+    # states whose feature normaliser does not match this policy's
+    policy.warm_up(data_head(data, 120))
+    state = policy.state_dict()
+    features = state["features"]
+    fresh = TradingPolicy.load(featured / "checkpoints")
+    for broken, match in (({**features, "window": 128}, "feature normaliser has other constants: window 128"),
+                          ({**features, "clip": 3.0}, "other constants: clip 3.0"),
+                          ({**features, "rows": features["rows"][1:]}, "holds 119 rows; 120 expected"),
+                          ({**features, "rows": [[1.0, 2.0]] + features["rows"][1:]}, "a NaN after a column's"),
+                          ({**features, "names": ["vol_z"]}, "feature normaliser's columns ['vol_z']"),
+                          (None, "no 'features' entry")):
+        with pytest.raises(UsageError, match=re.escape(match)):
+            fresh.load_state_dict({**state, "features": broken})
+        assert fresh.bars == 0
+    with pytest.raises(UsageError, match="another policy"):
+        fresh.load_state_dict(plain.state_dict())
+    with pytest.raises(UsageError, match="feature columns \\['vol_z'\\] are not this policy's"):
+        fresh.load_state_dict({**state, "policy": {**state["policy"], "features": ["vol_z"]}})
+    # the bar chain covers the feature values: a revised value of an earlier bar is another history
+    fresh.load_state_dict(state)
+    fresh.verify_history(data)
+    revised = data.features.copy()
+    revised[60, 1] += 1e-6
+    with pytest.raises(UsageError, match="are not the 120 bars the state has consumed"):
+        fresh.verify_history(dataclasses.replace(data, features=revised))

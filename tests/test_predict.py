@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import ROOT, env_for_child
-from deploy_fixtures import train_tiny, write_head
+from deploy_fixtures import VOL_WARMUP, featured_run, train_tiny, write_head
 from envs.data import load_ohlcv
 from ppo_lstm import TradingPolicy, evaluate, predict
 
@@ -212,3 +212,83 @@ def test_console_scripts_and_python_m(run: Path) -> None:
                           env=env_for_child(), timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("Decision after the bar of 2021-12-30T00:00:00 (bar 260 of ")
+
+
+# ----------------------------------------------------------------------------- feature columns
+
+
+@pytest.fixture(scope="module")
+def featured(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shared run trained with --features vol_z,Mom on prices.csv with Vol_Z and mom (read only)."""
+    return featured_run(tmp_path_factory)
+
+
+@pytest.mark.parametrize("start", [None, "2021-03-01"])
+def test_featured_decisions_are_evaluates_positions(featured: Path, capsys: pytest.CaptureFixture, tmp_path: Path,
+                                                    start: str | None) -> None:
+    """On a file whose Vol_Z column starts with 30 NaN rows: evaluate-ppo-lstm's positions, from bar 30
+    (no --start) or from --start's bar + window."""
+    since = ["--start", start] if start else []
+    assert evaluate.main(["--checkpoint", str(featured / "checkpoints"), "--data", str(featured / "prices.csv"),
+                          *since, "--equity-csv", str(tmp_path / "eq.csv")]) == 0
+    capsys.readouterr()
+    curve = pd.read_csv(tmp_path / "eq.csv")
+    prices = pd.read_csv(featured / "prices.csv")
+    first = VOL_WARMUP if start is None else prices.index[prices["Date"] == start][0] + 8
+    assert curve["time"][0] == f"{prices['Date'][first]}T00:00:00"  # the first decision bar
+    for rows in (first + 1, first + 2, 97, 180, len(prices) - 1):
+        head = write_head(featured / "prices.csv", tmp_path / f"head{rows}.csv", rows)
+        got = decide(capsys, "--checkpoint", featured / "checkpoints", "--data", head, *since)
+        k = rows - 1 - first
+        assert got["time"] == curve["time"][k] == f"{prices['Date'][rows - 1]}T00:00:00"
+        assert got["target_position"] == curve["position"][k + 1] and got["position"] == curve["position"][k]
+        assert got["equity"] == pytest.approx(curve["equity"][k], rel=1e-12)
+    assert len(set(curve["position"])) >= 2
+
+
+def test_featured_state_gives_exactly_what_a_call_from_scratch_gives(featured: Path, capsys: pytest.CaptureFixture,
+                                                                     tmp_path: Path) -> None:
+    state, live = tmp_path / "state.json", tmp_path / "live.csv"
+    total = len(pd.read_csv(featured / "prices.csv"))
+    previous = 0
+    for rows in (VOL_WARMUP + 1, VOL_WARMUP + 2, VOL_WARMUP + 2, 90, total):
+        write_head(featured / "prices.csv", live, rows)
+        args = ("--checkpoint", featured / "checkpoints", "--data", live)
+        incremental = decide(capsys, *args, "--state", state)
+        scratch = decide(capsys, *args)
+        assert incremental.pop("new_bars") == rows - previous and scratch.pop("new_bars") == rows
+        assert incremental == scratch
+        previous = rows
+    saved = json.loads(state.read_text())
+    assert saved["features"]["names"] == ["vol_z", "Mom"] and len(saved["features"]["rows"]) == 256
+
+
+def test_featured_bad_inputs_are_one_line_and_exit_2(featured: Path, capsys: pytest.CaptureFixture,
+                                                     tmp_path: Path) -> None:
+    ck, data = featured / "checkpoints", featured / "prices.csv"
+    frame = pd.read_csv(data)
+    frame.drop(columns="mom").to_csv(tmp_path / "no_mom.csv", index=False)
+    line = one_error(capsys, "--checkpoint", ck, "--data", tmp_path / "no_mom.csv", match="has no feature column 'Mom'")
+    assert "trained with --features vol_z,Mom" in line
+    # enough bars for a window, but Vol_Z has no value yet (its warm-up): no decision can be taken
+    line = one_error(capsys, "--checkpoint", ck, "--data", write_head(data, tmp_path / "h30.csv", VOL_WARMUP),
+                     match="feature column 'Vol_Z' holds no values (all missing)")
+    assert "trained with --features vol_z,Mom" in line
+    # a state, then a file whose earlier feature value (not price) was revised
+    state = tmp_path / "state.json"
+    head = write_head(data, tmp_path / "head.csv", 100)
+    assert decide(capsys, "--checkpoint", ck, "--data", head, "--state", state)["bars"] == 100
+    revised = pd.read_csv(data)
+    revised.loc[50, "mom"] += 0.000001
+    revised.to_csv(tmp_path / "revised.csv", index=False)
+    one_error(capsys, "--checkpoint", ck, "--data", tmp_path / "revised.csv", "--state", state,
+              match="are not the 100 bars the state has consumed")
+    # a state whose feature normaliser does not match
+    saved = json.loads(state.read_text())
+    for change, match in (({"window": 64}, "feature normaliser has other constants: window 64 (now 256)"),
+                          ({"rows": saved["features"]["rows"][:-1]}, "not a valid policy state (its feature "
+                                                                     "normaliser holds 99 rows; 100 expected")):
+        state.write_text(json.dumps({**saved, "features": {**saved["features"], **change}}))
+        one_error(capsys, "--checkpoint", ck, "--data", data, "--state", state, match=match)
+    state.write_text(json.dumps(saved))
+    assert decide(capsys, "--checkpoint", ck, "--data", data, "--state", state)["new_bars"] == len(frame) - 100
