@@ -29,7 +29,7 @@ import numpy as np
 from envs.config import EnvConfig
 from envs.observation import _TINY, RETURN_CLIP, UPNL_CLIP, UPNL_SCALE
 
-from .errors import UsageError, one_line
+from ..errors import UsageError, one_line
 from .policy import PolicySpec
 
 MODEL_FORMAT = "ppo-lstm-trader recurrent step"
