@@ -101,8 +101,8 @@ def make_trainer(device: str, num_envs: int, tmp: str, autocast: str = "off", de
     from ppo_lstm.config import TrainConfig
     from ppo_lstm.distributed import LocalComm, Worker
     from ppo_lstm.distributed.cuda import configure_numerics
-    from ppo_lstm.shutdown import StopRequest
-    from ppo_lstm.trainer import Trainer
+    from ppo_lstm.train.shutdown import StopRequest
+    from ppo_lstm.train.trainer import Trainer
 
     if device == "cuda":
         configure_numerics(deterministic)
@@ -114,7 +114,7 @@ def make_trainer(device: str, num_envs: int, tmp: str, autocast: str = "off", de
 
 def iteration(trainer) -> tuple[float, float]:
     """One training iteration without logging: (rollout seconds, update seconds)."""
-    from ppo_lstm.agreement import exchange
+    from ppo_lstm.train.agreement import exchange
 
     sync = torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
     tic = time.perf_counter()
@@ -153,7 +153,7 @@ def throughput(device: str, num_envs: int, budget_s: float, **kwargs: Any) -> di
 def lstm_dtypes() -> dict[str, str]:
     """The dtype the update's LSTM runs in under --autocast bf16 (the project's explicit path),
     and what nn.LSTM left to CUDA autocast would give (cuDNN's own rule)."""
-    from ppo_lstm.build import build_agent
+    from ppo_lstm.train.build import build_agent
     from ppo_lstm.config import TrainConfig
 
     agent = build_agent(TrainConfig()).cuda()
@@ -178,8 +178,8 @@ def lstm_dtypes() -> dict[str, str]:
 
 def syncs() -> dict[str, Any]:
     """Synchronizing CUDA calls per rollout step and per update, at 64 envs."""
-    from ppo_lstm.agreement import exchange
     from ppo_lstm.distributed.cuda import count_syncs
+    from ppo_lstm.train.agreement import exchange
 
     with tempfile.TemporaryDirectory() as tmp:
         trainer = make_trainer("cuda", 64, tmp)

@@ -82,8 +82,8 @@ from envs.config import EnvConfig  # noqa: E402
 from envs.core import TradingCore  # noqa: E402
 from envs.data import MarketData, load_ohlcv  # noqa: E402
 from envs.simulated import DEFAULTS, paths_from_noise, regime_drift  # noqa: E402
-from ppo_lstm.backtest import backtest_history, backtest_simulated, evaluation_seeds  # noqa: E402
-from ppo_lstm.seeding import env_seeds  # noqa: E402
+from ppo_lstm.evaluation.backtest import backtest_history, backtest_simulated, evaluation_seeds  # noqa: E402
+from ppo_lstm.algo.seeding import env_seeds  # noqa: E402
 
 MARKETS: dict[str, dict[str, Any]] = {
     "regime-1bp": {"market": "regime", "fee_bps": 1.0},
@@ -318,13 +318,13 @@ def train_ours(job: dict[str, Any]) -> dict[str, Any]:
     """Train one seed and score it greedily on the test set (runs in a child process; with
     ``workers`` > 1, in this process, which launches the workers as the CLI does)."""
     torch.set_num_threads(1)
-    from ppo_lstm.build import build_agent
-    from ppo_lstm.checkpoint import CheckpointDir
+    from ppo_lstm.train.build import build_agent
+    from ppo_lstm.rundir.checkpoint import CheckpointDir
     from ppo_lstm.config import TrainConfig
     from ppo_lstm.distributed import LocalComm, Worker, launch
-    from ppo_lstm.shutdown import StopRequest
-    from ppo_lstm.trainer import Trainer
-    from ppo_lstm.worker import train_worker
+    from ppo_lstm.train.shutdown import StopRequest
+    from ppo_lstm.train.trainer import Trainer
+    from ppo_lstm.train.worker import train_worker
 
     env = env_config(job["market"])
     overrides = dict(job["overrides"])

@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from envs.config import EnvConfig  # noqa: E402
 from ppo_lstm.config import TrainConfig  # noqa: E402
 from ppo_lstm.distributed import LocalComm, Worker  # noqa: E402
-from ppo_lstm.shutdown import StopRequest  # noqa: E402
-from ppo_lstm.trainer import Trainer  # noqa: E402
+from ppo_lstm.train.shutdown import StopRequest  # noqa: E402
+from ppo_lstm.train.trainer import Trainer  # noqa: E402
 
 NUM_ENVS, EPOCHS, MINIBATCHES, SIZE = 8, 4, 4, 64
 CONFIGS = {"defaults": 16, "matched": 128}  # rollout steps per env and update

@@ -13,7 +13,7 @@ __all__ = ["TradingPolicy", "Decision", "__version__"]
 def __getattr__(name: str) -> Any:
     """Lazy access to the streaming policy (it imports torch and the envs)."""
     if name in ("TradingPolicy", "Decision"):
-        from . import policy
+        from .deploy import policy
 
         return getattr(policy, name)
     raise AttributeError(f"module 'ppo_lstm' has no attribute {name!r}")

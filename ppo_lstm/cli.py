@@ -9,13 +9,13 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from .checkpoint import CheckpointDir, RunLock
+from .rundir.checkpoint import CheckpointDir, RunLock
 from .config import TrainConfig, config_yaml, parse_command_line, resumed_config, validate
 from .distributed import launch, launched_by_torchrun, resolve_device, world_size_for
 from .errors import EXIT_USAGE, UsageError
-from .build import build_agent, check_model_matches
-from .holdout import load_training_data
-from .worker import LOCK_HELD_VARIABLE, train_worker
+from .train.build import build_agent, check_model_matches
+from .train.holdout import load_training_data
+from .train.worker import LOCK_HELD_VARIABLE, train_worker
 
 
 def preflight(config: TrainConfig, given: frozenset[str], world_size: int) -> TrainConfig:

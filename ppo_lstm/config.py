@@ -21,7 +21,7 @@ from typing import Any, Optional, Union
 
 from envs.config import EnvConfig
 
-from .checkpoint import RUN_CONFIG_NAME, atomic_write_bytes
+from .rundir.checkpoint import RUN_CONFIG_NAME, atomic_write_bytes
 from .config_file import ParsedArgs, add_config_options, dump_settings, parse_args
 from .errors import UsageError
 

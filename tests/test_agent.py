@@ -3,11 +3,11 @@ import pytest
 import torch
 
 from envs.config import EnvConfig
-from ppo_lstm.agent import RecurrentActorCritic
+from ppo_lstm.algo.agent import RecurrentActorCritic
 from ppo_lstm.config import TrainConfig
 from ppo_lstm.distributed import LocalComm, Worker
-from ppo_lstm.shutdown import StopRequest
-from ppo_lstm.trainer import Trainer
+from ppo_lstm.train.shutdown import StopRequest
+from ppo_lstm.train.trainer import Trainer
 
 
 def test_orthogonal_init_gains_and_zero_biases():

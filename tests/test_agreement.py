@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ppo_lstm.agreement import exchange
-from ppo_lstm.buffer import RolloutBatch
+from ppo_lstm.train.agreement import exchange
+from ppo_lstm.algo.buffer import RolloutBatch
 from ppo_lstm.distributed import LocalComm
 
 T, N, D, H = 4, 3, 5, 2

@@ -13,10 +13,10 @@ from envs.core import TradingCore
 from envs.data import MarketData
 from envs.trading_env import TradingEnv
 from envs.vector import VectorTradingEnv
-from ppo_lstm.agent import RecurrentActorCritic
-from ppo_lstm.backtest import (BacktestResult, PolicyStepper, _trades, backtest_history, backtest_simulated,
+from ppo_lstm.algo.agent import RecurrentActorCritic
+from ppo_lstm.evaluation.backtest import (BacktestResult, PolicyStepper, _trades, backtest_history, backtest_simulated,
                                evaluation_seeds)
-from ppo_lstm.seeding import env_seeds
+from ppo_lstm.algo.seeding import env_seeds
 
 CFG = EnvConfig(window=8, episode_length=16, fee_bps=2.0, slippage_bps=3.0)
 

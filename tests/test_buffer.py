@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from ppo_lstm.buffer import RolloutBuffer, compute_gae
+from ppo_lstm.algo.buffer import RolloutBuffer, compute_gae
 
 
 def test_gae_matches_hand_computation():
@@ -49,7 +49,7 @@ def test_buffer_shapes_and_finish():
 def test_gathered_packs_every_field_into_one_collective_and_back():
     """``packed`` makes one [N, F] tensor; the ranks' rows side by side, unpacked, put rank r's
     envs at N*r..N*r+N-1 (what ``agreement.exchange`` sends through its one collective)."""
-    from ppo_lstm.buffer import RolloutBatch
+    from ppo_lstm.algo.buffer import RolloutBatch
 
     g = torch.Generator().manual_seed(0)
     T, N, D, H = 5, 3, 4, 2

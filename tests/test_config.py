@@ -55,7 +55,7 @@ def test_rates_scale_with_the_default_batch_only():
     assert learning_rates(default, 1) == (2e-4, 1e-3)  # one worker: exactly the flags
     assert learning_rates(default, 4) == pytest.approx((4e-4, 2e-3))
     assert learning_rates(dataclasses.replace(default, update_interval=512), 4) == (2e-4, 1e-3)
-    from ppo_lstm.build import build_agent, build_optimizer
+    from ppo_lstm.train.build import build_agent, build_optimizer
     optimizer = build_optimizer(default, build_agent(default), world_size=4)
     assert [group["lr"] for group in optimizer.param_groups] == pytest.approx([4e-4, 2e-3])
 

@@ -235,7 +235,7 @@ def test_resume_takes_the_config_file_as_command_line_settings(trained):
 
 
 def test_evaluate_reads_a_config_file(trained, capsys):
-    from ppo_lstm.evaluate import main as evaluate
+    from ppo_lstm.evaluation.cli import main as evaluate
 
     cwd, _ = trained
     path = write(cwd / "backtest.toml", f'checkpoint = "{cwd / "checkpoints"}"\nepisodes = 2\nseed = 5\n'
@@ -252,7 +252,7 @@ def test_evaluate_reads_a_config_file(trained, capsys):
 
 
 def test_evaluate_bad_config_file_is_one_line_exit_2(tmp_path, capsys):
-    from ppo_lstm.evaluate import main as evaluate
+    from ppo_lstm.evaluation.cli import main as evaluate
 
     assert evaluate(["--config", write(tmp_path / "bad.yaml", "episode: 3\n")]) == 2
     err = capsys.readouterr().err
@@ -276,7 +276,7 @@ def test_torchrun_with_a_config_file(cwd):
 
 def test_config_yaml_belongs_to_the_run(tmp_path):
     """A directory holding only a run's config.yaml is a run's: refused for a new run, moved by --overwrite."""
-    from ppo_lstm.checkpoint import CheckpointDir
+    from ppo_lstm.rundir.checkpoint import CheckpointDir
 
     path = save_run_config(TrainConfig(checkpoint_dir=str(tmp_path)))
     directory = CheckpointDir(tmp_path)

@@ -6,8 +6,8 @@ from envs.config import EnvConfig
 from ppo_lstm.config import TrainConfig, validate
 from ppo_lstm.distributed import LocalComm, Worker
 from ppo_lstm.errors import UsageError
-from ppo_lstm.shutdown import StopRequest
-from ppo_lstm.trainer import Trainer
+from ppo_lstm.train.shutdown import StopRequest
+from ppo_lstm.train.trainer import Trainer
 
 
 def test_costs_ramp_from_zero_to_the_configured_values(tmp_path):

@@ -33,7 +33,7 @@ TINY_CUDA = [a if a != "cpu" else "cuda" for a in TINY]  # TINY with --device cu
 NCCL_SCRIPT = """
 import sys
 import torch
-from ppo_lstm.build import build_agent, build_optimizer
+from ppo_lstm.train.build import build_agent, build_optimizer
 from ppo_lstm.config import TrainConfig
 from ppo_lstm.distributed import launch, parameters_in_sync
 
@@ -93,10 +93,10 @@ def test_nccl_collectives_take_cpu_tensors_and_repair_drift(tmp_path, gpus):
 
 
 def _collector(device: str, num_envs: int = 8, steps: int = 16):
-    from ppo_lstm.build import build_agent
+    from ppo_lstm.train.build import build_agent
     from ppo_lstm.config import TrainConfig
     from ppo_lstm.distributed.cuda import configure_numerics
-    from ppo_lstm.rollout import RolloutCollector
+    from ppo_lstm.algo.rollout import RolloutCollector
 
     configure_numerics(deterministic=True)
     config = TrainConfig(num_envs=num_envs)
@@ -108,8 +108,8 @@ def _collector(device: str, num_envs: int = 8, steps: int = 16):
 
 def test_rollout_syncs_once_per_step_and_the_update_once():
     from ppo_lstm.distributed import LocalComm
-    from ppo_lstm.build import build_optimizer
-    from ppo_lstm.ppo import PPOSettings, ppo_update
+    from ppo_lstm.train.build import build_optimizer
+    from ppo_lstm.algo.ppo import PPOSettings, ppo_update
 
     config, agent, collector = _collector("cuda")
     collector.collect(0)  # warm-up (cuBLAS handles, first allocations)
@@ -129,9 +129,9 @@ def test_rollout_syncs_once_per_step_and_the_update_once():
 
 
 def test_first_minibatch_replays_the_rollout_log_probs_in_ieee_float32():
-    from ppo_lstm.build import build_optimizer
+    from ppo_lstm.train.build import build_optimizer
     from ppo_lstm.distributed import LocalComm
-    from ppo_lstm.ppo import PPOSettings, ppo_update
+    from ppo_lstm.algo.ppo import PPOSettings, ppo_update
 
     config, agent, collector = _collector("cuda")
     with torch.no_grad():
@@ -148,7 +148,7 @@ def test_first_minibatch_replays_the_rollout_log_probs_in_ieee_float32():
 
 def test_non_finite_policy_raises_and_leaves_cuda_usable():
     from ppo_lstm.errors import TrainingError
-    from ppo_lstm.rollout import sample_actions
+    from ppo_lstm.algo.rollout import sample_actions
 
     logits = torch.zeros(4, 3, device="cuda")
     logits[2, 1] = float("nan")
@@ -158,10 +158,10 @@ def test_non_finite_policy_raises_and_leaves_cuda_usable():
 
 
 def test_bf16_update_runs_the_lstm_in_bfloat16_and_stores_float32():
-    from ppo_lstm.build import build_optimizer
+    from ppo_lstm.train.build import build_optimizer
     from ppo_lstm.distributed import LocalComm
     from ppo_lstm.distributed.cuda import require_bf16
-    from ppo_lstm.ppo import PPOSettings, ppo_update
+    from ppo_lstm.algo.ppo import PPOSettings, ppo_update
 
     require_bf16(torch.device("cuda"))
     config, agent, collector = _collector("cuda")

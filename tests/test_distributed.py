@@ -225,7 +225,7 @@ def test_history_on_rank_0_and_simulated_markets_elsewhere(tmp_path, all_ranks):
     import numpy as np
 
     from envs.data import load_ohlcv
-    from ppo_lstm.checkpoint import from_safe
+    from ppo_lstm.rundir.checkpoint import from_safe
 
     closes = 100 * np.exp(np.cumsum(np.random.default_rng(0).normal(0, 0.01, 300)))
     rows = [f"2024-01-{1 + i // 24:02d} {i % 24:02d}:00:00,{c},{c * 1.001},{c * 0.999},{c}" for i, c in enumerate(closes)]

@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from conftest import ROOT, TINY, Result, Run, free_port, run_cli
-from ppo_lstm.evaluate import main
-from ppo_lstm.report import CSV_COLUMNS, ROWS, trade_marks
+from ppo_lstm.evaluation.cli import main
+from ppo_lstm.evaluation.report import CSV_COLUMNS, ROWS, trade_marks
 
 EVALUATE = [sys.executable, "-m", "ppo_lstm.evaluate"]
 NO_MATPLOTLIB = [sys.executable, "-c", "import sys; sys.modules['matplotlib'] = None; "
-                 "from ppo_lstm.evaluate import main; sys.exit(main(sys.argv[1:]))"]
+                 "from ppo_lstm.evaluation.cli import main; sys.exit(main(sys.argv[1:]))"]
 TOP_KEYS = ["bars", "start", "end", "fee_bps", "slippage_bps", "agent", "buy_and_hold"]
 METRIC_KEYS = ["total_return_pct", "annual_return_pct", "annual_volatility_pct", "sharpe", "sortino", "calmar",
                "max_drawdown_pct", "max_drawdown_bars", "trades", "win_rate_pct", "profit_factor", "exposure_pct",
@@ -271,4 +271,4 @@ def test_the_console_script_is_declared() -> None:
     config = configparser.ConfigParser()
     config.read(ROOT / "setup.cfg")
     scripts = config["options.entry_points"]["console_scripts"]
-    assert "evaluate-ppo-lstm = ppo_lstm.evaluate:main" in scripts.splitlines()
+    assert "evaluate-ppo-lstm = ppo_lstm.evaluation.cli:main" in scripts.splitlines()

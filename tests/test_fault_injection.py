@@ -50,7 +50,7 @@ import torch
 
 from conftest import (ROOT, SPAWN2, TINY, TRAIN, Run, assert_models_equal, assert_no_process_left, copy_checkpoint,
                       env_for_child, episode_lines, load_state, run_cli, torchrun, training_started, wait_for)
-from ppo_lstm.checkpoint import CheckpointDir, CheckpointError, load_checkpoint
+from ppo_lstm.rundir.checkpoint import CheckpointDir, CheckpointError, load_checkpoint
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -97,7 +97,7 @@ def copy_run(source: Path, target: Path) -> Path:
 
 WRITER = """
 import sys, torch
-from ppo_lstm.checkpoint import CheckpointDir
+from ppo_lstm.rundir.checkpoint import CheckpointDir
 directory, update = CheckpointDir(sys.argv[1], keep=2), int(sys.argv[2])
 payload = torch.empty(8_000_000)  # 32 MB per checkpoint
 while True:
@@ -349,8 +349,8 @@ def test_poisoned_batch_update_is_undone(tmp_path, monkeypatch):
     """In-process: a NaN in the batch -> update skipped, weights and optimizer restored; 3rd in a row raises."""
     from ppo_lstm.config import config_from_args
     from ppo_lstm.distributed import LocalComm, Worker
-    from ppo_lstm.shutdown import StopRequest
-    from ppo_lstm.trainer import Trainer, TrainingError
+    from ppo_lstm.train.shutdown import StopRequest
+    from ppo_lstm.train.trainer import Trainer, TrainingError
 
     monkeypatch.chdir(tmp_path)
     config = config_from_args([*TINY, "--episodes", "8"])
@@ -479,7 +479,7 @@ def test_second_run_on_same_dir_is_refused(tmp_path):
 def test_temp_files_of_a_killed_writer_are_removed_at_the_next_start(tmp_path):
     """A SIGKILL mid-save leaves a hidden temp file; the next run (holding the lock) deletes it
     and never lists it as a checkpoint."""
-    from ppo_lstm.checkpoint import CheckpointDir
+    from ppo_lstm.rundir.checkpoint import CheckpointDir
 
     directory = CheckpointDir(tmp_path)
     directory.save({"model": {}, "counters": {}}, update=1, is_best=False)

@@ -15,9 +15,9 @@ from envs.data import DataError, load_ohlcv
 from envs.features import (FEATURE_CLIP, FEATURE_WINDOW, FeatureNormaliser, feature_zscores, first_defined_bar,
                            parse_feature_names)
 from envs.vector import VectorTradingEnv
-from ppo_lstm.backtest import backtest_history
-from ppo_lstm.checkpoint import from_safe
-from ppo_lstm.evaluate import load_policy
+from ppo_lstm.evaluation.backtest import backtest_history
+from ppo_lstm.rundir.checkpoint import from_safe
+from ppo_lstm.evaluation.cli import load_policy
 
 WINDOW, LENGTH = 8, 16  # TINY's
 
@@ -201,7 +201,7 @@ def test_train_holdout_evaluate_and_resume_with_features(tmp_path):
 
 
 def test_bad_feature_input_is_one_line_exit_2(tmp_path, capsys):
-    from ppo_lstm.evaluate import main as evaluate_main
+    from ppo_lstm.evaluation.cli import main as evaluate_main
 
     write_prices(tmp_path / "p.csv", 300)
     write_prices(tmp_path / "other.csv", 300)

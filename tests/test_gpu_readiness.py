@@ -23,12 +23,12 @@ import pytest
 import torch
 
 from conftest import ROOT, TINY, assert_models_equal, cli_in_process, env_for_child, run_cli
-from ppo_lstm.build import build_agent
-from ppo_lstm.checkpoint import CheckpointDir, atomic_save, load_checkpoint
+from ppo_lstm.train.build import build_agent
+from ppo_lstm.rundir.checkpoint import CheckpointDir, atomic_save, load_checkpoint
 from ppo_lstm.config import TrainConfig
 from ppo_lstm.distributed import cuda as cuda_setup
 from ppo_lstm.errors import TrainingError, UsageError
-from ppo_lstm.rollout import RolloutCollector, sample_actions
+from ppo_lstm.algo.rollout import RolloutCollector, sample_actions
 
 CUDA_SAMPLER_STATE = torch.tensor([7, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0], dtype=torch.uint8)  # seed, offset
 
@@ -252,7 +252,7 @@ def test_torchrun_rank_beyond_the_visible_gpus_exits_2_with_one_line(cwd, monkey
 
 
 def test_evaluate_on_a_gpu_index_that_is_not_there_exits_2(monkeypatch, capsys):
-    from ppo_lstm import evaluate
+    from ppo_lstm.evaluation import cli as evaluate
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     configured = []
@@ -284,10 +284,10 @@ def test_checkpoints_hold_only_cpu_tensors(finished_run):
 
 VERDICT_SCRIPT = """
 import sys
-from ppo_lstm import trainer
+from ppo_lstm.train import trainer
 from ppo_lstm.config import config_from_args
 from ppo_lstm.distributed import launch
-from ppo_lstm.worker import train_worker
+from ppo_lstm.train.worker import train_worker
 
 original = trainer.Trainer._update
 

@@ -24,10 +24,10 @@ from envs.data import load_ohlcv
 from ppo_lstm.config import TrainConfig
 from ppo_lstm.distributed import LocalComm, Worker
 from ppo_lstm.errors import UsageError
-from ppo_lstm.holdout import DataSplit, Holdout, split_data
-from ppo_lstm.logger import HOLDOUT_COLUMNS, METRIC_COLUMNS, UPDATE_COLUMNS, upgrade_metrics_header
-from ppo_lstm.shutdown import StopRequest
-from ppo_lstm.trainer import Trainer
+from ppo_lstm.train.holdout import DataSplit, Holdout, split_data
+from ppo_lstm.rundir.logger import HOLDOUT_COLUMNS, METRIC_COLUMNS, UPDATE_COLUMNS, upgrade_metrics_header
+from ppo_lstm.train.shutdown import StopRequest
+from ppo_lstm.train.trainer import Trainer
 
 HOLDOUT_LINE = re.compile(r"^Holdout @ episode (\d+) - Return: ([+-]\d+\.\d\d)%, Sharpe: (-?\d+\.\d\d|-), "
                           r"Max DD: (\d+\.\d\d)%, Buy&Hold: ([+-]\d+\.\d\d)%$")
@@ -187,7 +187,7 @@ def test_holdout_lines_metrics_best_and_a_summary_that_reproduces(tmp_path):
 
 
 def test_simulated_holdout_reproduces_with_the_printed_command(tmp_path, capsys):
-    from ppo_lstm.evaluate import main as evaluate_main
+    from ppo_lstm.evaluation.cli import main as evaluate_main
 
     trainer = train_in_process(tiny_config(tmp_path, holdout_episodes=6))
     out = (tmp_path / "train.log").read_text().splitlines()  # the console lines, as logged

@@ -15,10 +15,10 @@ from envs.config import EnvConfig
 from envs.data import DataError, load_ohlcv
 from envs.instruments import data_paths
 from envs.vector import VectorTradingEnv
-from ppo_lstm.checkpoint import from_safe
+from ppo_lstm.rundir.checkpoint import from_safe
 from ppo_lstm.config import TrainConfig
 from ppo_lstm.errors import UsageError
-from ppo_lstm.holdout import split_instruments
+from ppo_lstm.train.holdout import split_instruments
 
 WINDOW, LENGTH = 8, 16  # TINY's
 # (bars, first stamp, bar spacing, price scale): mixed lengths, dates, frequencies and price levels
@@ -93,7 +93,7 @@ def test_one_cut_in_time_for_all_instruments(tmp_path):
 
 
 def test_training_holdout_and_evaluate_on_several_instruments(tmp_path, capsys):
-    from ppo_lstm.evaluate import main as evaluate_main
+    from ppo_lstm.evaluation.cli import main as evaluate_main
 
     write_instruments(tmp_path / "prices")
     result = cli_in_process(tmp_path, *TINY, "--data", "prices", "--data-end", "2020-12-10", "--features", "volume",

@@ -7,9 +7,9 @@ import torch
 from envs.config import EnvConfig
 from ppo_lstm.config import TrainConfig
 from ppo_lstm.distributed import LocalComm, Worker
-from ppo_lstm.evaluate import evaluate
-from ppo_lstm.shutdown import StopRequest
-from ppo_lstm.trainer import Trainer
+from ppo_lstm.evaluation.cli import evaluate
+from ppo_lstm.train.shutdown import StopRequest
+from ppo_lstm.train.trainer import Trainer
 
 HELD_OUT_SEEDS = list(range(10_000, 10_064))  # training envs use SeedSequence-derived seeds
 

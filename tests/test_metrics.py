@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from ppo_lstm.metrics import TradingMetrics, trading_metrics
+from ppo_lstm.evaluation.metrics import TradingMetrics, trading_metrics
 
 KEYS = ["total_return_pct", "annual_return_pct", "annual_volatility_pct", "sharpe", "sortino", "calmar",
         "max_drawdown_pct", "max_drawdown_bars", "trades", "win_rate_pct", "profit_factor", "exposure_pct",

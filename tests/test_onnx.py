@@ -18,11 +18,13 @@ pytest.importorskip("onnxruntime")
 
 from deploy_fixtures import VOL_WARMUP, featured_run, train_tiny  # noqa: E402
 from envs.data import date_span, load_ohlcv  # noqa: E402
-from ppo_lstm import TradingPolicy, export_onnx, predict  # noqa: E402
-from ppo_lstm.backtest import backtest_history  # noqa: E402
-from ppo_lstm.evaluate import load_policy  # noqa: E402
-from ppo_lstm.onnx_model import OnnxStep, spec_of  # noqa: E402
-from ppo_lstm.policy import checkpoint_fingerprint  # noqa: E402
+from ppo_lstm import TradingPolicy  # noqa: E402
+from ppo_lstm.deploy import export_onnx  # noqa: E402
+from ppo_lstm.deploy import predict  # noqa: E402
+from ppo_lstm.evaluation.backtest import backtest_history  # noqa: E402
+from ppo_lstm.evaluation.cli import load_policy  # noqa: E402
+from ppo_lstm.deploy.onnx_model import OnnxStep, spec_of  # noqa: E402
+from ppo_lstm.deploy.policy import checkpoint_fingerprint  # noqa: E402
 
 START = "2021-02-01"
 

@@ -11,8 +11,8 @@ from typing import Optional
 import pytest
 from conftest import env_for_child
 
-from ppo_lstm.logger import METRIC_COLUMNS
-from ppo_lstm.plot_training import REQUIRED, smoothing_window
+from ppo_lstm.rundir.logger import METRIC_COLUMNS
+from ppo_lstm.evaluation.plot_training import REQUIRED, smoothing_window
 
 # The trainer's metrics.csv header today (the hold-out columns come from another change).
 COLUMNS = ["update", "episodes", "env_steps", "wall_time_s", "policy_loss", "value_loss", "entropy", "approx_kl",
@@ -115,7 +115,7 @@ def test_holdout_panel(tmp_path):
     plt = pytest.importorskip("matplotlib.pyplot")
     import pandas as pd
 
-    from ppo_lstm.plot_training import draw_holdout
+    from ppo_lstm.evaluation.plot_training import draw_holdout
 
     frame = pd.DataFrame(metric_rows(10, holdout_every=5))
     fig, (with_holdout, without, empty) = plt.subplots(1, 3)

@@ -20,11 +20,11 @@ from envs.data import MarketData, date_span, load_ohlcv
 from envs.features import feature_zscores
 from envs.observation import normalised_returns
 from ppo_lstm import TradingPolicy
-from ppo_lstm.agent import RecurrentActorCritic
-from ppo_lstm.backtest import PolicyStepper, backtest_history
+from ppo_lstm.algo.agent import RecurrentActorCritic
+from ppo_lstm.evaluation.backtest import PolicyStepper, backtest_history
 from ppo_lstm.errors import UsageError
-from ppo_lstm.evaluate import load_policy
-from ppo_lstm.policy import Decision
+from ppo_lstm.evaluation.cli import load_policy
+from ppo_lstm.deploy.policy import Decision
 
 
 @pytest.fixture(scope="module")

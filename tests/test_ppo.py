@@ -5,12 +5,12 @@ import pytest
 import torch
 from torch import nn
 
-from ppo_lstm import ppo
-from ppo_lstm.build import build_agent, build_optimizer
+from ppo_lstm.algo import ppo
+from ppo_lstm.train.build import build_agent, build_optimizer
 from ppo_lstm.config import TrainConfig
 from ppo_lstm.distributed import LocalComm
-from ppo_lstm.ppo import FlatGradients, PPOSettings, ppo_update
-from ppo_lstm.rollout import RolloutCollector
+from ppo_lstm.algo.ppo import FlatGradients, PPOSettings, ppo_update
+from ppo_lstm.algo.rollout import RolloutCollector
 
 
 class PerParameterGradients:

@@ -18,7 +18,9 @@ import torch
 from conftest import ROOT, env_for_child
 from deploy_fixtures import VOL_WARMUP, featured_run, train_tiny, write_head
 from envs.data import load_ohlcv
-from ppo_lstm import TradingPolicy, evaluate, predict
+from ppo_lstm import TradingPolicy
+from ppo_lstm.evaluation import cli as evaluate
+from ppo_lstm.deploy import predict
 
 START = "2021-02-01"
 
@@ -202,7 +204,7 @@ def test_console_scripts_and_python_m(run: Path) -> None:
     parser.read(ROOT / "setup.cfg")
     scripts = dict(line.split(" = ") for line in parser["options.entry_points"]["console_scripts"].split("\n")
                    if line.strip())
-    for name, module in (("predict-ppo-lstm", "ppo_lstm.predict"), ("export-ppo-lstm", "ppo_lstm.export_onnx")):
+    for name, module in (("predict-ppo-lstm", "ppo_lstm.deploy.predict"), ("export-ppo-lstm", "ppo_lstm.deploy.export_onnx")):
         assert scripts[name] == f"{module}:main"
         assert callable(importlib.import_module(module).main)
     assert "onnxruntime" in parser["options.extras_require"]["onnx"]

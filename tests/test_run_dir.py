@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ppo_lstm.checkpoint import CheckpointDir, RunLock, load_checkpoint
+from ppo_lstm.rundir.checkpoint import CheckpointDir, RunLock, load_checkpoint
 from ppo_lstm.errors import UsageError
 
 from conftest import TINY, cli_in_process, episode_lines, run_cli
@@ -200,10 +200,10 @@ def test_start_up_removes_only_this_projects_temp_files(tmp_path):
 
 
 def test_ppo_update_refuses_minibatches_that_do_not_divide():
-    from ppo_lstm.agent import RecurrentActorCritic
-    from ppo_lstm.buffer import RolloutBuffer
+    from ppo_lstm.algo.agent import RecurrentActorCritic
+    from ppo_lstm.algo.buffer import RolloutBuffer
     from ppo_lstm.distributed import LocalComm
-    from ppo_lstm.ppo import PPOSettings, ppo_update
+    from ppo_lstm.algo.ppo import PPOSettings, ppo_update
 
     torch.manual_seed(0)
     agent = RecurrentActorCritic(4, 3, 8, 8)

@@ -39,11 +39,11 @@ import torch
 from envs.data import DataError, MarketData, date_span
 from envs.instruments import instrument_name, load_instruments
 
-from .agent import RecurrentActorCritic
-from .backtest import BacktestResult, backtest_history, backtest_simulated
-from .config import TrainConfig
-from .errors import UsageError
-from .logger import HOLDOUT_COLUMNS
+from ..algo.agent import RecurrentActorCritic
+from ..evaluation.backtest import BacktestResult, backtest_history, backtest_simulated
+from ..config import TrainConfig
+from ..errors import UsageError
+from ..rundir.logger import HOLDOUT_COLUMNS
 
 MIN_HOLDOUT_BARS = 2  # the fewest held-out bars a backtest can score with a Sharpe ratio
 

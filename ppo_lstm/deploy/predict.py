@@ -27,7 +27,7 @@ from typing import NoReturn, Optional
 
 from envs.data import DataError, date_span
 
-from .errors import EXIT_USAGE, UsageError, one_line
+from ..errors import EXIT_USAGE, UsageError, one_line
 from .policy import Decision, TradingPolicy, as_market_data, parse_start
 
 
@@ -79,7 +79,7 @@ def load(args: argparse.Namespace) -> TradingPolicy:
         if args.device != "cpu":
             raise UsageError("--device is for --checkpoint; --model runs on onnxruntime's CPU provider")
         return TradingPolicy.from_onnx(args.model, args.fee_bps, args.slippage_bps)
-    from .evaluate import resolve_device
+    from ..evaluation.cli import resolve_device
 
     return TradingPolicy.load(args.checkpoint, resolve_device(args.device), args.fee_bps, args.slippage_bps)
 

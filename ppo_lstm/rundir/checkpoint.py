@@ -21,7 +21,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from .errors import UsageError
+from ..errors import UsageError
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint_u(\d{8})\.pt$")
 LATEST_NAME = "latest"

@@ -33,7 +33,7 @@ from envs.config import EnvConfig
 from envs.features import FEATURE_CLIP, FEATURE_WINDOW, STD_FLOOR_ABS, STD_FLOOR_REL
 from envs.observation import _TINY, RETURN_CLIP, UPNL_CLIP, UPNL_SCALE
 
-from .errors import UsageError, one_line
+from ..errors import UsageError, one_line
 from .policy import PolicySpec
 
 MODEL_FORMAT = "ppo-lstm-trader recurrent step"

@@ -16,11 +16,11 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from .checkpoint import from_safe, on_cpu, to_safe
-from .config import TrainConfig
-from .distributed import episode_share, remaining_episode_shares
-from .logger import EpisodeTotals
-from .rollout import RolloutCollector
+from ..rundir.checkpoint import from_safe, on_cpu, to_safe
+from ..config import TrainConfig
+from ..distributed import episode_share, remaining_episode_shares
+from ..rundir.logger import EpisodeTotals
+from ..algo.rollout import RolloutCollector
 
 CHECKPOINT_FORMAT = 1
 # settings that decide what the envs trade and what is held out: a resume that changes one restarts the envs

@@ -15,7 +15,7 @@ from typing import Any, Optional, TextIO
 import numpy as np
 from tqdm import tqdm
 
-from .errors import UsageError
+from ..errors import UsageError
 
 UPDATE_COLUMNS = (
     "update", "episodes", "env_steps", "wall_time_s", "policy_loss", "value_loss", "entropy", "approx_kl",

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from .agent import RecurrentActorCritic, sequence_boundaries
 from .buffer import RolloutBatch
-from .distributed import Comm
+from ..distributed import Comm
 
 
 @dataclass

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from .checkpoint import CheckpointDir, CheckpointError, RunLock
-from .config import TrainConfig, resumed_config, save_run_config, validate
-from .distributed import Worker, WorkerFailed
-from .errors import EXIT_USAGE, TrainingError, UsageError
+from ..rundir.checkpoint import CheckpointDir, CheckpointError, RunLock
+from ..config import TrainConfig, resumed_config, save_run_config, validate
+from ..distributed import Worker, WorkerFailed
+from ..errors import EXIT_USAGE, TrainingError, UsageError
 from .shutdown import StopRequest
 from .trainer import Trainer
 

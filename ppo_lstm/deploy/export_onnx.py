@@ -22,9 +22,9 @@ from typing import NoReturn, Optional
 import torch
 from torch import Tensor, nn
 
-from .agent import RecurrentActorCritic
-from .config import TrainConfig
-from .errors import EXIT_USAGE, UsageError, one_line
+from ..algo.agent import RecurrentActorCritic
+from ..config import TrainConfig
+from ..errors import EXIT_USAGE, UsageError, one_line
 from .onnx_model import INPUTS, OUTPUTS, metadata
 from .policy import checkpoint_fingerprint
 
@@ -114,7 +114,7 @@ def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
     if prog is None and os.path.basename(sys.argv[0]) == "export-ppo-lstm":
         prog = "export-ppo-lstm"
     args = build_parser(prog).parse_args(argv)
-    from .evaluate import checkpoint_file, load_policy
+    from ..evaluation.cli import checkpoint_file, load_policy
 
     try:
         target = args.onnx

@@ -22,9 +22,9 @@ from envs.vector import VectorTradingEnv
 
 from .agent import LSTMState, RecurrentActorCritic
 from .buffer import RolloutBatch, RolloutBuffer
-from .config import TrainConfig
-from .errors import TrainingError
-from .logger import EPISODE_FIELDS, episode_records
+from ..config import TrainConfig
+from ..errors import TrainingError
+from ..rundir.logger import EPISODE_FIELDS, episode_records
 from .seeding import derive_seed, env_seeds
 from .staging import StepStaging
 

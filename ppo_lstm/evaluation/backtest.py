@@ -45,7 +45,7 @@ from envs.config import EnvConfig
 from envs.core import TradingCore
 from envs.data import MarketData
 
-from .agent import RecurrentActorCritic
+from ..algo.agent import RecurrentActorCritic
 from .metrics import TradingMetrics, trading_metrics
 
 # Simulated paths have no calendar; their volatility (0.5-2 % a bar) is daily-like.

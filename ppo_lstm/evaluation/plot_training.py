@@ -16,7 +16,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from .errors import EXIT_USAGE, UsageError, one_line
+from ..errors import EXIT_USAGE, UsageError, one_line
 
 X_COLUMN = "episodes"
 HOLDOUT = "holdout_return_pct"

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .buffer import RolloutBatch
-from .distributed import Comm
-from .logger import EPISODE_FIELDS
+from ..algo.buffer import RolloutBatch
+from ..distributed import Comm
+from ..rundir.logger import EPISODE_FIELDS
 
 
 @dataclass

@@ -7,9 +7,9 @@ from typing import Any
 
 import torch
 
-from .agent import RecurrentActorCritic
-from .config import TrainConfig, learning_rates
-from .errors import UsageError
+from ..algo.agent import RecurrentActorCritic
+from ..config import TrainConfig, learning_rates
+from ..errors import UsageError
 
 
 def build_agent(config: TrainConfig) -> RecurrentActorCritic:

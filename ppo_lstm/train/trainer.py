@@ -26,19 +26,19 @@ from envs.data import MarketData
 
 from .agreement import exchange
 from .build import build_agent, build_optimizer, check_model_matches
-from .buffer import RolloutBatch
-from .checkpoint import BEST_NAME, CheckpointDir
-from .config import TrainConfig, describe_batch, learning_rates, steps_per_env, update_batch
-from .distributed import Worker, episode_share, parameters_in_sync, trades_history
-from .distributed.cuda import require_bf16
-from .errors import TrainingError, one_line
+from ..algo.buffer import RolloutBatch
+from ..rundir.checkpoint import BEST_NAME, CheckpointDir
+from ..config import TrainConfig, describe_batch, learning_rates, steps_per_env, update_batch
+from ..distributed import Worker, episode_share, parameters_in_sync, trades_history
+from ..distributed.cuda import require_bf16
+from ..errors import TrainingError, one_line
 from .holdout import DataSplit, Holdout, HoldoutResult, holdout_columns, holdout_line, holdout_score, load_training_data
-from .logger import EpisodeTotals, NullLogger, RunLogger, format_episode_line
-from .agent import sequence_boundaries
-from .ppo import PPOSettings, UpdateStats, ppo_update
-from .rollout import NON_FINITE_ADVICE, RolloutCollector
+from ..rundir.logger import EpisodeTotals, NullLogger, RunLogger, format_episode_line
+from ..algo.agent import sequence_boundaries
+from ..algo.ppo import PPOSettings, UpdateStats, ppo_update
+from ..algo.rollout import NON_FINITE_ADVICE, RolloutCollector
 from .run_state import RunState, capture_rank_state, restore_rank_state
-from .seeding import derive_seed
+from ..algo.seeding import derive_seed
 from .shutdown import StopRequest
 from .timing import PhaseClock, peak_rss_mb
 

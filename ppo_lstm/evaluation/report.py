@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .backtest import BacktestResult
-from .errors import UsageError
+from ..errors import UsageError
 from .plot_training import import_pyplot, save_png
 
 CSV_COLUMNS = ("time", "close", "position", "equity", "buy_and_hold_equity")

@@ -66,9 +66,9 @@ from envs.features import FEATURE_CLIP, FEATURE_WINDOW, STD_FLOOR_ABS, STD_FLOOR
 from envs.ledger import Ledger
 from envs.observation import Observer, normalised_returns
 
-from .agent import RecurrentActorCritic
-from .config import TrainConfig
-from .errors import UsageError, one_line
+from ..algo.agent import RecurrentActorCritic
+from ..config import TrainConfig
+from ..errors import UsageError, one_line
 
 STATE_FORMAT = "ppo-lstm-trader policy state"
 STATE_VERSION = 1
@@ -277,7 +277,7 @@ class TradingPolicy:
         ``fee_bps``/``slippage_bps`` override the checkpoint's costs (the book and so the
         observation's PnL feature use them). UsageError (one line) for an unusable file.
         """
-        from .evaluate import checkpoint_file, load_policy  # evaluate imports much; only the loader is needed
+        from ..evaluation.cli import checkpoint_file, load_policy  # evaluate imports much; only the loader is needed
 
         path = checkpoint_file(Path(checkpoint))
         agent, config = load_policy(path, device)

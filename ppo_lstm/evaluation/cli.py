@@ -30,14 +30,14 @@ from envs.data import DataError, MarketData, date_span, load_ohlcv
 from envs.instruments import data_paths, instrument_name
 from envs.vector import VectorTradingEnv
 
-from .agent import RecurrentActorCritic
+from ..algo.agent import RecurrentActorCritic
 from .backtest import BacktestResult, backtest_history, backtest_simulated
-from .checkpoint import BEST_NAME, LATEST_NAME, CheckpointDir, CheckpointError, load_checkpoint
-from .config import TrainConfig
-from .config_file import add_config_options, dump_settings, parse_args
-from .distributed.cuda import configure_numerics
-from .errors import EXIT_USAGE, UsageError, one_line
-from .logger import EpisodeTotals, episode_records
+from ..rundir.checkpoint import BEST_NAME, LATEST_NAME, CheckpointDir, CheckpointError, load_checkpoint
+from ..config import TrainConfig
+from ..config_file import add_config_options, dump_settings, parse_args
+from ..distributed.cuda import configure_numerics
+from ..errors import EXIT_USAGE, UsageError, one_line
+from ..rundir.logger import EpisodeTotals, episode_records
 from .report import (format_instruments_table, format_table, instruments_dict, plot, report_dict, write_equity_csv,
                      write_instruments_csv)
 

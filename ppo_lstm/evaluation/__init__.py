@@ -1,0 +1,9 @@
+"""Evaluating a trained policy: backtests, metrics and reports.
+
+- ``cli.py``: the evaluation command line (``evaluate-ppo-lstm``, ``python -m ppo_lstm.evaluate``);
+- ``backtest.py``: ``backtest_history`` and ``backtest_simulated``, the env bar for bar;
+- ``metrics.py``: trading metrics (returns, Sharpe, drawdown, trades, ...);
+- ``report.py``: the report table, JSON, equity CSV and plot of a backtest;
+- ``plots.py``: plotting helpers shared by the report and the training curves;
+- ``plot_training.py``: training curves from metrics.csv (``python -m ppo_lstm.plot_training``).
+"""
