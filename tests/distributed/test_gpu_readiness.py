@@ -261,9 +261,9 @@ def test_evaluate_on_a_gpu_index_that_is_not_there_exits_2(monkeypatch, capsys):
     configured = []
     monkeypatch.setattr(evaluate, "configure_numerics", lambda deterministic: configured.append(deterministic))
     with pytest.raises(UsageError, match=r"--device cuda:7: this machine has 1 visible GPU \(cuda:0\)"):
-        evaluate.resolve_device("cuda:7")
+        evaluate.policy_device("cuda:7")
     assert configured == []
-    assert evaluate.resolve_device("cuda:0") == torch.device("cuda", 0)
+    assert evaluate.policy_device("cuda:0") == torch.device("cuda", 0)
     assert configured == [True]  # evaluation runs with the numerics training ran with
 
 

@@ -165,7 +165,8 @@ def test_cpu_workers_within_the_cores_do_not_warn(cwd):
 
 
 def test_episode_line_says_workers_on_cpu_and_gpus_on_cuda():
-    from ppo_lstm.rundir.logger import EpisodeTotals, format_episode_line
+    from ppo_lstm.algo.episodes import EpisodeTotals
+    from ppo_lstm.rundir.logger import format_episode_line
 
     totals = EpisodeTotals(episodes=2, reward=3.0, dollar_return=-4.0, closed=2, wins=1, open_lots=1, steps=32)
     base = "Episode 10/20 - Reward: 1.50, Return: -$2.00, Win Rate: 50.0% (2 closed, 1 open), Steps: 16"
