@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ppo_lstm.rundir.checkpoint import CheckpointDir, RunLock, load_checkpoint
+from ppo_lstm.rundir.checkpoint import CheckpointDir, load_checkpoint
+from ppo_lstm.rundir.lock import RunLock
 from ppo_lstm.errors import UsageError
 
 from conftest import TINY, cli_in_process, episode_lines, run_cli
