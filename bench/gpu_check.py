@@ -4,7 +4,7 @@
 
 It runs, and reports in one markdown table plus one JSON line (also written to ``--out``):
 
-1. ``tests/test_cuda.py`` (pytest): NCCL collectives, fused Adam state, per-step syncs,
+1. ``tests/distributed/test_cuda.py`` (pytest): NCCL collectives, fused Adam state, per-step syncs,
    the IEEE replay of log-probs, the device-side finite check, bf16 dtypes, CPU-only
    checkpoints, resume across devices, a 1-GPU run (and a 2-GPU NCCL run with 2 GPUs);
 2. env-steps/s of the training loop (rollout + update, no hold-out or checkpoints) on one
@@ -88,7 +88,7 @@ def train(cwd: Path, *args: str, timeout: float = 240.0) -> tuple[int, str, floa
 
 def cuda_tests() -> dict[str, Any]:
     code, output, seconds = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                 str(ROOT / "tests" / "test_cuda.py")], ROOT, 480)
+                                 str(ROOT / "tests" / "distributed" / "test_cuda.py")], ROOT, 480)
     summary = next((line for line in reversed(output.splitlines()) if re.search(r"passed|failed|error", line)), "")
     failures = [line for line in output.splitlines() if line.startswith(("FAILED", "ERROR"))]
     return {"ok": code == 0, "summary": summary.strip("= "), "failures": failures, "seconds": round(seconds, 1)}
@@ -289,7 +289,7 @@ def _children(pid: int) -> list[int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="markdown file to write (default: bench/results/gpu_check_<gpu>.md)")
-    parser.add_argument("--skip-tests", action="store_true", help="leave tests/test_cuda.py out")
+    parser.add_argument("--skip-tests", action="store_true", help="leave tests/distributed/test_cuda.py out")
     parser.add_argument("--budget", type=float, default=6.0, help="seconds of timing per throughput point")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -351,7 +351,7 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"| {name} | {value['env_steps_per_s']:,.0f} |" if isinstance(value, dict) else
                      f"| {name} | {value} |")
     lines += ["", "| check | result |", "|---|---|",
-              f"| tests/test_cuda.py | {report['tests'].get('summary', 'skipped')} "
+              f"| tests/distributed/test_cuda.py | {report['tests'].get('summary', 'skipped')} "
               f"{'; '.join(report['tests'].get('failures', []))} |",
               f"| syncs per rollout step / per update | {report['syncs']['per_rollout_step']} / "
               f"{report['syncs']['per_update']} |",

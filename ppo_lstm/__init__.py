@@ -1,19 +1,46 @@
 """Recurrent (LSTM) PPO for trading, on one device or many.
 
-``ppo_lstm.TradingPolicy`` (``ppo_lstm.policy``): a trained policy fed one bar at a time.
+The public API (imported lazily: ``import ppo_lstm`` does not import torch)::
+
+    from ppo_lstm import TrainConfig, load_policy, backtest_history, backtest_simulated, TradingPolicy
+
+- ``TrainConfig`` (``ppo_lstm.config``): every training setting, the flags are built from it;
+- ``load_policy`` (``ppo_lstm.evaluation.cli``): a checkpoint's agent and its TrainConfig;
+- ``backtest_history`` / ``backtest_simulated`` (``ppo_lstm.evaluation.backtest``): a policy
+  bar for bar on a price file, or on fresh simulated episodes;
+- ``TradingPolicy`` / ``Decision`` (``ppo_lstm.deploy.policy``): a trained policy fed one bar at a time.
+
+Sub-packages: ``algo`` (agent, rollout, PPO), ``train`` (trainer, workers), ``rundir``
+(checkpoints, lock, logs), ``evaluation`` (backtests, reports), ``deploy`` (streaming
+policy, ONNX), ``distributed`` (everything that knows about ranks).
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["TradingPolicy", "Decision", "__version__"]
+
+_EXPORTS = {
+    "TrainConfig": "ppo_lstm.config",
+    "load_policy": "ppo_lstm.evaluation.cli",
+    "backtest_history": "ppo_lstm.evaluation.backtest",
+    "backtest_simulated": "ppo_lstm.evaluation.backtest",
+    "TradingPolicy": "ppo_lstm.deploy.policy",
+    "Decision": "ppo_lstm.deploy.policy",
+}
+__all__ = [*_EXPORTS, "__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    """Lazy access to the streaming policy (it imports torch and the envs)."""
-    if name in ("TradingPolicy", "Decision"):
-        from .deploy import policy
+    """Import a public name's module on first use (they import torch and the envs)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ppo_lstm' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
-        return getattr(policy, name)
-    raise AttributeError(f"module 'ppo_lstm' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from .rundir.checkpoint import CheckpointDir, RunLock
+from .rundir.checkpoint import CheckpointDir
+from .rundir.lock import RunLock
 from .config import TrainConfig, config_yaml, parse_command_line, resumed_config, validate
 from .distributed import launch, launched_by_torchrun, resolve_device, world_size_for
 from .errors import EXIT_USAGE, UsageError

@@ -2,6 +2,8 @@
 training cannot go on."""
 from __future__ import annotations
 
+import re
+
 
 class UsageError(Exception):
     """A bad flag, a bad input file or an impossible configuration.
@@ -15,10 +17,18 @@ class TrainingError(Exception):
     """Training cannot go on (e.g. repeated non-finite updates); exit code 1."""
 
 
-def one_line(err: BaseException, limit: int = 240) -> str:
-    """``err``'s message with its whitespace and line breaks collapsed, at most ``limit``
-    characters (its type's name when it has no message)."""
-    return " ".join(str(err).split())[:limit] or type(err).__name__
+_CPP_LOCATION = re.compile(r"^\[[^\]\s]+:\d+\]\s*")  # e.g. "[/path/gloo/transport/tcp/pair.cc:553] "
+
+
+def one_line(err: BaseException, limit: int = 240, first_line: bool = False) -> str:
+    """``err``'s message as one line of at most ``limit`` characters (its type's name when it
+    has no message): a leading C++ source location such as ``[/path/pair.cc:553] `` removed,
+    whitespace and line breaks collapsed. With ``first_line`` only the message's first line is
+    kept (torch.distributed errors carry a C++ trace below it)."""
+    text = _CPP_LOCATION.sub("", str(err).strip())
+    if first_line:
+        text = text.splitlines()[0] if text else ""
+    return " ".join(text.split())[:limit] or type(err).__name__
 
 
 EXIT_USAGE = 2

@@ -24,7 +24,7 @@ from .agent import LSTMState, RecurrentActorCritic
 from .buffer import RolloutBatch, RolloutBuffer
 from ..config import TrainConfig
 from ..errors import TrainingError
-from ..rundir.logger import EPISODE_FIELDS, episode_records
+from .episodes import EPISODE_FIELDS, episode_records
 from .seeding import derive_seed, env_seeds
 from .staging import StepStaging
 

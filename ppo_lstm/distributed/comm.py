@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
 import time
 import warnings
 from typing import Any, Optional, Protocol
@@ -13,6 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from ..errors import one_line
 from .devices import usable_cores
 
 # How long a gloo collective's caller busy-waits, giving the core away at every turn
@@ -145,7 +145,7 @@ class TorchComm:
             else:
                 getattr(self._dist, collective)(*args)
         except RuntimeError as err:  # DistBackendError, DistNetworkError, gloo's "Connection closed by peer", ...
-            raise CommError(f"{collective}: {one_line(err)}") from err
+            raise CommError(f"{collective}: {one_line(err, 300, first_line=True)}") from err
 
     def _wire(self, tensor: Tensor, copy: bool = False) -> Tensor:
         """``tensor`` on the wire device, contiguous; a private copy when ``copy`` (the collective writes into it)."""
@@ -206,10 +206,3 @@ def parameters_in_sync(comm: Comm, module: nn.Module, optimizer: Optional[torch.
     if comm.rank == 0:
         warnings.warn("parameters diverged across ranks; re-synchronised from rank 0", RuntimeWarning, stacklevel=2)
     return False
-
-
-def one_line(err: BaseException) -> str:
-    """The first line of ``err``'s message (or its type's name), without a C++ source
-    location such as ``[/path/pair.cc:553] ``, at most 300 characters."""
-    text = re.sub(r"^\[[^\]\s]+:\d+\]\s*", "", str(err).strip())
-    return (text.splitlines()[0] if text else type(err).__name__)[:300]

@@ -50,22 +50,37 @@ def announces_for_job(config: TrainConfig) -> bool:
     return config.distributed
 
 
-def resolve_device(requested: str, announce: bool = False) -> str:
-    """``auto`` -> ``cuda`` when available, else ``cpu``; ``cuda`` without a CUDA device is a UsageError.
+def resolve_device(requested: str, announce: bool = False,
+                   cpu_hint: str = " (with --num-workers N for N CPU workers)") -> str:
+    """``auto`` -> ``cuda`` when available, else ``cpu``; ``cpu``, ``cuda`` and ``cuda:N`` are
+    checked against this machine (a UsageError says what is wrong and what to pass instead).
 
     With ``announce``, the CPU fallback prints a one-line warning (:func:`launch` does
-    that itself, once every start-up check has passed).
+    that itself, once every start-up check has passed). ``cpu_hint`` follows the
+    ``--device cpu`` advice when CUDA was asked for and none is visible.
     """
+    if requested == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        if announce:
+            print(CPU_FALLBACK_WARNING, file=sys.stderr)
+        return "cpu"
     if requested == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda was asked for but no CUDA device is visible; use --device cpu "
-                         "(with --num-workers N for N CPU workers)")
-    if requested != "auto":
-        return requested
-    if torch.cuda.is_available():
-        return "cuda"
-    if announce:
-        print(CPU_FALLBACK_WARNING, file=sys.stderr)
-    return "cpu"
+        raise UsageError(f"--device cuda was asked for but no CUDA device is visible; use --device cpu{cpu_hint}")
+    try:
+        device = torch.device(requested)
+    except RuntimeError:
+        raise UsageError(f"--device {requested!r} is not a torch device; use cpu or cuda") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {requested}: CUDA is not available here; use --device cpu")
+    if device.type not in ("cpu", "cuda"):
+        raise UsageError(f"--device {requested}: only cpu and cuda are supported")
+    visible = torch.cuda.device_count() if device.type == "cuda" else 0
+    if device.index is not None and device.index >= visible:
+        raise UsageError(f"--device {requested}: this machine has {visible} visible GPU"
+                         f"{'' if visible == 1 else 's'} ({', '.join(f'cuda:{i}' for i in range(visible))}); "
+                         f"use one of those, or --device cuda")
+    return requested
 
 
 def world_size_for(config: TrainConfig, device: str) -> int:

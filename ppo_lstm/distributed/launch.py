@@ -26,8 +26,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ..config import DEFAULT_MASTER_PORT, TrainConfig
-from ..errors import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, UsageError
-from .comm import Comm, CommError, LocalComm, TorchComm, one_line
+from ..errors import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, UsageError, one_line
+from .comm import Comm, CommError, LocalComm, TorchComm
 from .cuda import configure_numerics, gpu_index_for
 from .devices import (announce_workers, announces_for_job, describe_workers, launched_by_torchrun,
                       threads_per_worker, world_size_for)
@@ -119,7 +119,7 @@ def _host_store(config: TrainConfig) -> tuple[dist.TCPStore, int]:
         except RuntimeError as err:  # the port was taken since we looked, or the address is not this machine's
             if config.master_port is not None or attempt == 2:
                 raise UsageError(f"cannot listen on {config.master_addr}:{port} for the workers' rendezvous "
-                                 f"({one_line(err)}); pass another --master-port or --master-addr") from None
+                                 f"({one_line(err, 300, first_line=True)}); pass another --master-port or --master-addr") from None
     raise AssertionError("unreachable")
 
 
@@ -249,7 +249,7 @@ def _run_worker(config: TrainConfig, device: str, worker_fn: WorkerFn, local_ran
         try:
             watch = FailureAlarm(rank, world_size)
         except RuntimeError as err:  # the job still ends on a failure, just not as fast under NCCL
-            print(f"warning: rank {rank}: no failure alarm ({one_line(err)})", file=sys.stderr)
+            print(f"warning: rank {rank}: no failure alarm ({one_line(err, 300, first_line=True)})", file=sys.stderr)
     try:
         spin = None if config.spin_ms is None else config.spin_ms / 1000.0  # None: comm.spin_budget decides
         comm = with_fault_hook(TorchComm(torch_device, spin_seconds=spin))
@@ -262,7 +262,7 @@ def _run_worker(config: TrainConfig, device: str, worker_fn: WorkerFn, local_ran
                      watch, "" if known else f"rank {rank} lost contact with the other ranks")
     except Exception as err:  # noqa: BLE001 - whatever it is, the other ranks must not wait for this one
         traceback.print_exc()
-        end_process(f"error: rank {rank}: {type(err).__name__}: {one_line(err)}", watch, f"rank {rank} failed")
+        end_process(f"error: rank {rank}: {type(err).__name__}: {one_line(err, 300, first_line=True)}", watch, f"rank {rank} failed")
     if watch is not None:
         watch.disarm()
     dist.destroy_process_group()

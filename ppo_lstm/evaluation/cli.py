@@ -36,8 +36,9 @@ from ..rundir.checkpoint import BEST_NAME, LATEST_NAME, CheckpointDir, Checkpoin
 from ..config import TrainConfig
 from ..config_file import add_config_options, dump_settings, parse_args
 from ..distributed.cuda import configure_numerics
+from ..distributed.devices import resolve_device
 from ..errors import EXIT_USAGE, UsageError, one_line
-from ..rundir.logger import EpisodeTotals, episode_records
+from ..algo.episodes import EpisodeTotals, episode_records
 from .report import (format_instruments_table, format_table, instruments_dict, plot, report_dict, write_equity_csv,
                      write_instruments_csv)
 
@@ -153,21 +154,11 @@ def check_args(args: argparse.Namespace) -> None:
             raise UsageError(f"--{flag.replace('_', '-')} {path} is a directory; name a file")
 
 
-def resolve_device(name: str) -> torch.device:
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UsageError(f"--device {name!r} is not a torch device; use cpu or cuda") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"--device {name}: CUDA is not available here; use --device cpu")
-    if device.type not in ("cpu", "cuda"):
-        raise UsageError(f"--device {name}: only cpu and cuda are supported")
-    visible = torch.cuda.device_count() if device.type == "cuda" else 0
-    if device.index is not None and device.index >= visible:
-        raise UsageError(f"--device {name}: this machine has {visible} visible GPU"
-                         f"{'' if visible == 1 else 's'} ({', '.join(f'cuda:{i}' for i in range(visible))}); "
-                         f"use one of those, or --device cuda")
-    if device.type == "cuda":  # the numerics training ran with: IEEE float32 in cuDNN's LSTM, deterministic kernels
+def policy_device(name: str) -> torch.device:
+    """The device ``--device name`` runs the policy on (checked by :func:`resolve_device`); on a
+    GPU with the numerics training ran with: IEEE float32 in cuDNN's LSTM, deterministic kernels."""
+    device = torch.device(resolve_device(name, cpu_hint=""))
+    if device.type == "cuda":
         configure_numerics(deterministic=True)
     return device
 
@@ -264,7 +255,7 @@ def load_slice(args: argparse.Namespace, window: int,
 def run(args: argparse.Namespace) -> tuple[BacktestResult, str]:
     """The backtest the flags ask for, and the report's title."""
     check_args(args)
-    device = resolve_device(args.device)
+    device = policy_device(args.device)
     path = checkpoint_file(args.checkpoint)
     agent, config = load_policy(path, device)
     env = env_for_evaluation(config, args)
@@ -285,7 +276,7 @@ def run(args: argparse.Namespace) -> tuple[BacktestResult, str]:
 def run_several(args: argparse.Namespace, files: list[str]) -> tuple[dict[str, BacktestResult], str]:
     """The backtest of each instrument (the same checkpoint, slice dates and costs), by name."""
     check_args(args)
-    device = resolve_device(args.device)
+    device = policy_device(args.device)
     path = checkpoint_file(args.checkpoint)
     agent, config = load_policy(path, device)
     env = env_for_evaluation(config, args)

@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-import numpy as np
 import pandas as pd
 
 from ..errors import EXIT_USAGE, UsageError, one_line
+from .plots import import_pyplot, save_png
 
 X_COLUMN = "episodes"
 HOLDOUT = "holdout_return_pct"
@@ -34,7 +34,6 @@ PANELS = (
 REQUIRED = (X_COLUMN,) + tuple(column for column, *_ in PANELS if column != HOLDOUT)
 DPI = 100
 FIGSIZE = (11.0, 10.0)  # inches: 1100 x 1000 px at DPI
-PNG_COLORS = 256  # a palette PNG: half the size of RGBA for line plots, no visible difference
 
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
@@ -45,17 +44,6 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None,
                         help="PNG to write (default: <checkpoint-dir>/training_curves.png)")
     return parser.parse_args(argv)
-
-
-def import_pyplot() -> Any:
-    """matplotlib.pyplot on the headless Agg backend, or UsageError naming the extra."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise UsageError("plotting needs matplotlib: pip install 'ppo-lstm-trader[plot]'") from None
-    return plt
 
 
 def read_metrics(checkpoint_dir: Path) -> pd.DataFrame:
@@ -158,18 +146,6 @@ def plot(frame: pd.DataFrame, title: str, out: Path, plt: Any) -> None:
         save_png(fig, out)
     finally:
         plt.close(fig)
-
-
-def save_png(fig: Any, out: Path) -> None:
-    """Render ``fig`` and write it to ``out`` as a 256-colour palette PNG."""
-    from PIL import Image  # a dependency of matplotlib
-
-    fig.canvas.draw()
-    image = Image.fromarray(np.asarray(fig.canvas.buffer_rgba())).convert("RGB").quantize(PNG_COLORS)
-    try:
-        image.save(out, format="PNG", optimize=True)
-    except OSError as err:
-        raise UsageError(f"cannot write {out}: {one_line(err, 200)}") from None
 
 
 def figure_title(checkpoint_dir: Path, frame: pd.DataFrame) -> str:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from .backtest import BacktestResult
 from ..errors import UsageError
-from .plot_training import import_pyplot, save_png
+from .plots import import_pyplot, save_png
 
 CSV_COLUMNS = ("time", "close", "position", "equity", "buy_and_hold_equity")
 # (metric key, row label, format); None prints as "-"

@@ -2,7 +2,6 @@
 
 - ``trainer.py``: ``Trainer.run``: collect, exchange, update, log, hold-out, checkpoint;
 - ``worker.py``: the body of every worker (``train_worker``);
-- ``run_dir.py``: resume, the run lock and claiming a run dir;
 - ``run_state.py``: ``RunState``, the counters, episode quotas and the checkpoint dict;
 - ``holdout.py``: which bars train and which are held out, and the hold-out backtest;
 - ``agreement.py``: the one collective of each iteration (``exchange``);

@@ -15,7 +15,7 @@ import torch
 
 from ..algo.buffer import RolloutBatch
 from ..distributed import Comm
-from ..rundir.logger import EPISODE_FIELDS
+from ..algo.episodes import EPISODE_FIELDS
 
 
 @dataclass

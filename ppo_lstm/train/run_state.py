@@ -19,7 +19,7 @@ import torch
 from ..rundir.checkpoint import from_safe, on_cpu, to_safe
 from ..config import TrainConfig
 from ..distributed import episode_share, remaining_episode_shares
-from ..rundir.logger import EpisodeTotals
+from ..algo.episodes import EpisodeTotals
 from ..algo.rollout import RolloutCollector
 
 CHECKPOINT_FORMAT = 1

@@ -33,7 +33,8 @@ from ..distributed import Worker, episode_share, parameters_in_sync, trades_hist
 from ..distributed.cuda import require_bf16
 from ..errors import TrainingError, one_line
 from .holdout import DataSplit, Holdout, HoldoutResult, holdout_columns, holdout_line, holdout_score, load_training_data
-from ..rundir.logger import EpisodeTotals, NullLogger, RunLogger, format_episode_line
+from ..algo.episodes import EpisodeTotals
+from ..rundir.logger import NullLogger, RunLogger, format_episode_line
 from ..algo.agent import sequence_boundaries
 from ..algo.ppo import PPOSettings, UpdateStats, ppo_update
 from ..algo.rollout import NON_FINITE_ADVICE, RolloutCollector

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from ..rundir.checkpoint import CheckpointDir, CheckpointError, RunLock
+from ..rundir.checkpoint import CheckpointDir, CheckpointError
+from ..rundir.lock import RunLock
 from ..config import TrainConfig, resumed_config, save_run_config, validate
 from ..distributed import Worker, WorkerFailed
 from ..errors import EXIT_USAGE, TrainingError, UsageError

@@ -100,6 +100,7 @@ def test_bad_splits_are_one_line_errors(tmp_path, overrides, message):
         split_data(load_ohlcv(tmp_path / "p.csv"), tiny_config(tmp_path, data="p.csv", **overrides))
 
 
+@pytest.mark.e2e
 def test_a_split_too_short_exits_2_before_anything_is_written(tmp_path):
     write_walk(tmp_path / "p.csv", 200, seed=1)
     result = run_cli(tmp_path, *TINY, "--episodes", "4", "--data", "p.csv", "--holdout", "0.95")
@@ -110,6 +111,7 @@ def test_a_split_too_short_exits_2_before_anything_is_written(tmp_path):
     assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "training.log").exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("args, message", [
     (["--holdout", "1"], "--holdout must be a fraction within [0, 1), got 1.0"),
     (["--holdout", "-0.1"], "--holdout must be a fraction within [0, 1), got -0.1"),
@@ -146,6 +148,7 @@ def test_training_never_reads_a_held_out_bar(tmp_path):
 # ----------------------------------------------------------------------------- training with a hold-out
 
 
+@pytest.mark.e2e
 def test_holdout_lines_metrics_best_and_a_summary_that_reproduces(tmp_path):
     write_walk(tmp_path / "prices.csv", 300, seed=2, drift=0.001)
     result = run_cli(tmp_path, *TINY, "--data", "prices.csv", "--holdout", "0.25", "--data-start", "2020-01-06",
@@ -186,6 +189,7 @@ def test_holdout_lines_metrics_best_and_a_summary_that_reproduces(tmp_path):
         float(with_holdout[best]["holdout_buy_and_hold_pct"]), abs=1e-5)
 
 
+@pytest.mark.e2e
 def test_simulated_holdout_reproduces_with_the_printed_command(tmp_path, capsys):
     from ppo_lstm.evaluation.cli import main as evaluate_main
 

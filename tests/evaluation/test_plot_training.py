@@ -92,6 +92,7 @@ def test_smoothing_window():
     assert smoothing_window(10_000) == 50
 
 
+@pytest.mark.e2e
 def test_plot_without_holdout_columns(tmp_path):
     pytest.importorskip("matplotlib")
     write_metrics(tmp_path / "ck", metric_rows(90))
@@ -102,6 +103,7 @@ def test_plot_without_holdout_columns(tmp_path):
     assert_small_png(out)
 
 
+@pytest.mark.e2e
 def test_plot_with_holdout_columns_and_default_out(tmp_path):
     pytest.importorskip("matplotlib")
     write_metrics(tmp_path / "ck", metric_rows(40, holdout_every=5), COLUMNS + HOLDOUT_COLUMNS)
@@ -132,6 +134,7 @@ def test_holdout_panel(tmp_path):
     plt.close(fig)
 
 
+@pytest.mark.e2e
 def test_empty_panels_still_plot(tmp_path):
     pytest.importorskip("matplotlib")
     rows = [row for row in metric_rows(6) if row["episodes_finished"] == 0]  # no episode stats at all
@@ -179,6 +182,7 @@ def _not_numeric(path: Path) -> None:
     write_metrics(path, rows)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("make, needles", [
     (_no_dir, ["does not exist"]),
     (_no_csv, ["no metrics.csv"]),
@@ -196,12 +200,14 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, make, needles):
     assert not (tmp_path / "c.png").exists()
 
 
+@pytest.mark.e2e
 def test_unwritable_out_is_one_line_and_exit_2(tmp_path):
     write_metrics(tmp_path / "ck", metric_rows(6))
     result = plot_cli(tmp_path, "--checkpoint-dir", "ck", "--out", str(tmp_path / "no" / "such" / "dir.png"))
     assert_one_line_error(result, "cannot write")
 
 
+@pytest.mark.e2e
 def test_without_matplotlib_names_the_extra(tmp_path):
     write_metrics(tmp_path / "ck", metric_rows(6))
     code = ("import sys; sys.modules['matplotlib'] = None; from ppo_lstm.plot_training import main; "

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 from gymnasium.utils import seeding
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench import learning_baselines as rules  # noqa: E402
 from envs.config import EnvConfig  # noqa: E402

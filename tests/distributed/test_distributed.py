@@ -56,6 +56,7 @@ def spawned(tmp_path_factory):
     return result, dump
 
 
+@pytest.mark.e2e
 def test_spawned_workers_end_bitwise_equal(spawned):
     result, dump = spawned
     assert result.returncode == 0, result.output
@@ -69,6 +70,7 @@ def test_spawned_workers_end_bitwise_equal(spawned):
     assert_models_equal(rank0["model"], newest_checkpoint(result.cwd / "checkpoints")["model"])
 
 
+@pytest.mark.e2e
 def test_spawned_run_log_and_checkpoint(spawned):
     result, _ = spawned
     assert result.returncode == 0, result.output
@@ -83,6 +85,7 @@ def test_spawned_run_log_and_checkpoint(spawned):
     assert not (result.cwd / "checkpoints" / ".lock").exists()
 
 
+@pytest.mark.e2e
 def test_default_port_taken_still_runs(spawned):
     """The spawned fixture ran while 12355 was taken: a free port was picked instead."""
     result, _ = spawned
@@ -97,6 +100,7 @@ def test_episode_share_unit():
     assert sum(episode_share(1001, r, 8) for r in range(8)) == 1001
 
 
+@pytest.mark.e2e
 def test_episode_split_end_to_end(spawned):
     result, _ = spawned
     assert result.returncode == 0, result.output
@@ -127,6 +131,7 @@ def test_steps_per_env_unit():
     assert "\n" not in message
 
 
+@pytest.mark.e2e
 def test_update_interval_not_dividing_exits_2(cwd):
     result = cli_in_process(cwd, *TINY, *SPAWN2, "--update-interval", "30", "--episodes", "4")
     assert result.returncode == 2
@@ -136,6 +141,7 @@ def test_update_interval_not_dividing_exits_2(cwd):
     assert not (cwd / "checkpoints").exists() or not list((cwd / "checkpoints").glob("*.pt"))
 
 
+@pytest.mark.e2e
 def test_torchrun_standalone(cwd):
     result = run_cli(cwd, *TINY, "--episodes", "8", "--log-interval", "4",
                      launcher=torchrun("--standalone", "--nproc-per-node=2", TRAIN), timeout=120)
@@ -148,6 +154,7 @@ def test_torchrun_standalone(cwd):
     assert not any(key.startswith("module.") for key in state["model"])
 
 
+@pytest.mark.e2e
 def test_two_nodes_on_loopback(tmp_path):
     """Two torchrun agents (node 0 and node 1, one worker each) with static rendezvous."""
     port = free_port()
@@ -165,6 +172,7 @@ def test_two_nodes_on_loopback(tmp_path):
     assert not checkpoint_files(node1 / "checkpoints") and not (node1 / "training.log").exists()
 
 
+@pytest.mark.e2e
 def test_killed_worker_fails_the_job(cwd):
     run = Run(cwd, [*TINY, *SPAWN2, "--episodes", "1000000", "--checkpoint-interval", "1000000"])
     wait_for(lambda: training_started(cwd), 60, "training to start", run)
@@ -185,6 +193,7 @@ def test_killed_worker_fails_the_job(cwd):
     assert_no_process_left(cwd)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("before, after", [(2, 1), (1, 2)], ids=["2to1", "1to2"])
 def test_resume_with_other_world_size(cwd, before, after):
     workers = {1: [], 2: SPAWN2}
@@ -204,6 +213,7 @@ def test_resume_with_other_world_size(cwd, before, after):
     assert state["world_size"] == after and state["counters"]["global_episodes"] == 14
 
 
+@pytest.mark.e2e
 def test_master_port_taken_exits_2(cwd):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
         taken.bind(("localhost", 0))
@@ -218,6 +228,7 @@ def test_master_port_taken_exits_2(cwd):
     assert not (cwd / "checkpoints" / ".lock").exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("all_ranks", [False, True], ids=["rank0-history", "all-ranks-history"])
 def test_history_on_rank_0_and_simulated_markets_elsewhere(tmp_path, all_ranks):
     """With --data, rank 0 trades the file and rank 1 a simulated market; with
@@ -239,6 +250,7 @@ def test_history_on_rank_0_and_simulated_markets_elsewhere(tmp_path, all_ranks):
     assert on_history == [True, all_ranks]
 
 
+@pytest.mark.e2e
 def test_a_worker_usage_error_exits_2_with_its_own_line_only(tmp_path):
     """A spawned worker that rejects its input (exit 2, one line) makes the job exit 2
     without the launcher adding a second line."""
@@ -260,7 +272,7 @@ def test_a_worker_usage_error_exits_2_with_its_own_line_only(tmp_path):
         if __name__ == "__main__":
             sys.exit(launch(TrainConfig(distributed=True, num_workers=2, device="cpu"), "cpu", worker))
     """))
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
                             env={**os.environ, "PYTHONPATH": str(root)}, cwd=tmp_path)
     assert result.returncode == 2
@@ -365,6 +377,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.e2e
 def test_drift_is_repaired_from_rank_0_bitwise_adam_state_included(tmp_path):
     """Two real gloo workers; rank 1's weights and Adam state drift: the sync check
     finds it, re-broadcasts rank 0's copy (Adam's CPU step counts included), warns once."""
@@ -372,7 +385,7 @@ def test_drift_is_repaired_from_rank_0_bitwise_adam_state_included(tmp_path):
     import sys
 
     (tmp_path / "drift.py").write_text(DRIFT_SCRIPT)
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     result = subprocess.run([sys.executable, "drift.py"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr
@@ -430,6 +443,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.e2e
 def test_spinning_collectives_deliver_whether_the_peer_is_early_or_late(tmp_path):
     """Two real gloo workers (--spin-ms 5): gather, sum and broadcast give the same results
     when the waiting rank finds them done within its spin and when it must sleep after it."""
@@ -437,7 +451,7 @@ def test_spinning_collectives_deliver_whether_the_peer_is_early_or_late(tmp_path
     import sys
 
     (tmp_path / "spin.py").write_text(SPIN_SCRIPT)
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     result = subprocess.run([sys.executable, "spin.py"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr

@@ -92,6 +92,7 @@ def test_one_cut_in_time_for_all_instruments(tmp_path):
         split_instruments(datas, TrainConfig(data=config.data, holdout=0.2, env=config.env))
 
 
+@pytest.mark.e2e
 def test_training_holdout_and_evaluate_on_several_instruments(tmp_path, capsys):
     from ppo_lstm.evaluation.cli import main as evaluate_main
 
@@ -141,6 +142,7 @@ def test_training_holdout_and_evaluate_on_several_instruments(tmp_path, capsys):
     assert list(curves.columns[:2]) == ["instrument", "time"] and list(curves["instrument"].unique()) == list(SPECS)
 
 
+@pytest.mark.e2e
 def test_two_workers_trade_all_instruments_with_data_all_ranks(tmp_path):
     write_instruments(tmp_path / "prices")
     result = run_cli(tmp_path, *TINY, "--distributed", "--num-gpus", "2", "--data", "prices/AAA.csv",

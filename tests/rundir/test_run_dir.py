@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ppo_lstm.rundir.checkpoint import CheckpointDir, RunLock, load_checkpoint
+from ppo_lstm.rundir.checkpoint import CheckpointDir, load_checkpoint
+from ppo_lstm.rundir.lock import RunLock
 from ppo_lstm.errors import UsageError
 
 from conftest import TINY, cli_in_process, episode_lines, run_cli
@@ -28,6 +29,7 @@ def digests(directory: Path) -> dict[str, str]:
             for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.e2e
 def test_second_fresh_run_is_refused_and_leaves_the_first_intact(cwd):
     assert run_cli(cwd, *FIRST).returncode == 0
     before = digests(cwd / "checkpoints")
@@ -40,6 +42,7 @@ def test_second_fresh_run_is_refused_and_leaves_the_first_intact(cwd):
     assert digests(cwd / "checkpoints") == before
 
 
+@pytest.mark.e2e
 def test_refused_under_spawned_workers_too(cwd):
     assert run_cli(cwd, *FIRST).returncode == 0
     before = digests(cwd / "checkpoints")
@@ -49,6 +52,7 @@ def test_refused_under_spawned_workers_too(cwd):
     assert digests(cwd / "checkpoints") == before
 
 
+@pytest.mark.e2e
 def test_overwrite_moves_the_previous_run_aside(cwd):
     assert run_cli(cwd, *FIRST).returncode == 0
     before = digests(cwd / "checkpoints")
@@ -64,6 +68,7 @@ def test_overwrite_moves_the_previous_run_aside(cwd):
     assert [row.split(",")[0] for row in rows[1:]] == [str(u) for u in range(1, len(rows))]  # its own numbering
 
 
+@pytest.mark.e2e
 def test_files_of_a_run_without_checkpoints_are_not_appended_to(cwd):
     (cwd / "checkpoints").mkdir()
     (cwd / "checkpoints" / "metrics.csv").write_text("update,episodes\n1,2\n")
@@ -103,6 +108,7 @@ def test_a_resumed_run_rotates_the_checkpoints_it_adopted(tmp_path):
     assert [p.name for p in resumed.checkpoints()] == ["checkpoint_u00000003.pt", "checkpoint_u00000002.pt"]
 
 
+@pytest.mark.e2e
 def test_resume_keeps_the_checkpoints_settings(cwd):
     assert run_cli(cwd, *SMALL, "--market", "gbm", "--fee-bps", "4", "--episodes", "4").returncode == 0
     resumed = run_cli(cwd, *SMALL, "--episodes", "8", "--log-interval", "4", "--resume")
@@ -124,6 +130,7 @@ def test_resume_keeps_the_checkpoints_settings(cwd):
     assert "Settings changed on resume: --episodes 8 -> 12, --fee-bps 4.0 -> 10.0" in log
 
 
+@pytest.mark.e2e
 def test_resume_without_flags_continues_to_the_checkpoints_total(cwd):
     run = run_cli(cwd, *SMALL, "--market", "gbm", "--episodes", "12", "--checkpoint-interval", "4",
                   "--log-interval", "4")
@@ -140,6 +147,7 @@ def test_resume_without_flags_continues_to_the_checkpoints_total(cwd):
     assert episode_lines(cwd / "training.log")[-1].startswith("Episode 12/12")
 
 
+@pytest.mark.e2e
 def test_layout_warning_only_when_the_layout_changed_and_only_once(cwd):
     assert run_cli(cwd, *TINY, "--episodes", "4").returncode == 0
     resumed = run_cli(cwd, *TINY, "--episodes", "8", "--resume", "--num-envs", "4")
@@ -149,6 +157,7 @@ def test_layout_warning_only_when_the_layout_changed_and_only_once(cwd):
             "optimizer and counters restored; environments and per-rank RNG streams restarted") in resumed.stdout
 
 
+@pytest.mark.e2e
 def test_minibatch_of_one_transition_is_refused_at_start(cwd):
     result = cli_in_process(cwd, *TINY, "--update-interval", "8", "--num-envs", "8", "--minibatches", "8")
     assert result.returncode == 2
@@ -158,6 +167,7 @@ def test_minibatch_of_one_transition_is_refused_at_start(cwd):
     assert not (cwd / "checkpoints").exists()
 
 
+@pytest.mark.e2e
 def test_resume_and_overwrite_together_are_refused(cwd):
     result = cli_in_process(cwd, *TINY, "--resume", "--overwrite")
     assert result.returncode == 2 and len(result.error_lines()) == 1

@@ -2,6 +2,7 @@
 untrained one on held-out seeds. Deterministic (fixed seeds, one thread), ~15 s."""
 import copy
 
+import pytest
 import torch
 
 from envs.config import EnvConfig
@@ -10,6 +11,8 @@ from ppo_lstm.distributed import LocalComm, Worker
 from ppo_lstm.evaluation.cli import evaluate
 from ppo_lstm.train.shutdown import StopRequest
 from ppo_lstm.train.trainer import Trainer
+
+pytestmark = pytest.mark.learning
 
 HELD_OUT_SEEDS = list(range(10_000, 10_064))  # training envs use SeedSequence-derived seeds
 

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
 LINE = re.compile(r"^Episode (\d+)/(\d+) - Reward: -?\d+\.\d\d, Return: -?\$\d+\.\d\d, "
                   r"Win Rate: \d+\.\d% \((\d+) closed, (\d+) open\), Steps: \d+$")
 TINY = ["--num-envs", "2", "--update-interval", "32", "--episode-length", "16", "--window", "8",

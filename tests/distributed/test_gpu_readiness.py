@@ -1,4 +1,4 @@
-"""The CUDA path's decisions, checked on the CPU (GPU-only behaviour is in tests/test_cuda.py
+"""The CUDA path's decisions, checked on the CPU (GPU-only behaviour is in tests/distributed/test_cuda.py
 and bench/gpu_check.py):
 
 1. a rank state written on another device type (a CUDA sampler's 16-byte state) resumes
@@ -68,6 +68,7 @@ def test_rank_state_records_its_device_type():
     assert collector.state()["sampler_device"] == "cpu"
 
 
+@pytest.mark.e2e
 def test_resume_of_a_rank_state_written_on_cuda_reseeds_the_sampler_with_one_warning(finished_run, tmp_path):
     """It finishes, with one warning line; the re-seeded stream is deterministic (two resumes
     give the same episodes); the checkpoints it writes say they came from the CPU."""
@@ -87,6 +88,7 @@ def test_resume_of_a_rank_state_written_on_cuda_reseeds_the_sampler_with_one_war
     assert episodes[0] == episodes[1] and len(episodes[0]) >= 2
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("edit, reason", [
     (lambda rank: rank.update(sample_generator=CUDA_SAMPLER_STATE) or rank.pop("sampler_device"),
      "RNG state"),  # an older checkpoint that does not say where it was written
@@ -237,6 +239,7 @@ def test_worker_gpu_index_refuses_too_few_gpus(local_rank, visible):
     assert f"{visible} GPU" in str(err.value)
 
 
+@pytest.mark.e2e
 def test_torchrun_rank_beyond_the_visible_gpus_exits_2_with_one_line(cwd, monkeypatch):
     """In-process, as one torchrun worker (LOCAL_RANK 3) that sees 2 GPUs (device discovery stubbed)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -258,12 +261,13 @@ def test_evaluate_on_a_gpu_index_that_is_not_there_exits_2(monkeypatch, capsys):
     configured = []
     monkeypatch.setattr(evaluate, "configure_numerics", lambda deterministic: configured.append(deterministic))
     with pytest.raises(UsageError, match=r"--device cuda:7: this machine has 1 visible GPU \(cuda:0\)"):
-        evaluate.resolve_device("cuda:7")
+        evaluate.policy_device("cuda:7")
     assert configured == []
-    assert evaluate.resolve_device("cuda:0") == torch.device("cuda", 0)
+    assert evaluate.policy_device("cuda:0") == torch.device("cuda", 0)
     assert configured == [True]  # evaluation runs with the numerics training ran with
 
 
+@pytest.mark.e2e
 def test_checkpoints_hold_only_cpu_tensors(finished_run):
     path = CheckpointDir(finished_run / "checkpoints").latest()
     code = ("import sys, torch\n"
@@ -303,6 +307,7 @@ sys.exit(launch(config, "cpu", train_worker))
 """
 
 
+@pytest.mark.e2e
 def test_a_non_finite_verdict_of_one_rank_is_acted_on_by_every_rank(tmp_path):
     """Two real gloo workers; only rank 1 finds update 3 non-finite (a NaN in its copy of the
     batch). The next exchange tells rank 0, which undoes it too: both ranks end bitwise

@@ -77,6 +77,7 @@ def in_trained(trained: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return trained
 
 
+@pytest.mark.e2e
 def test_json_keys_equity_csv_and_buy_and_hold_by_hand(trained: Path) -> None:
     start, end, fee, slip = "2020-03-02", "2020-12-31", 10.0, 5.0
     report = one_json(evaluate_cli(trained, "--checkpoint", "checkpoints", "--data", "prices.csv", "--start", start,
@@ -120,6 +121,7 @@ def test_json_keys_equity_csv_and_buy_and_hold_by_hand(trained: Path) -> None:
     assert hold["fees_paid"] == pytest.approx(1e4 * (fill * fee / 1e4 + fill / (1 + slip / 1e4) * slip / 1e4) / ref)
 
 
+@pytest.mark.e2e
 def test_table_and_a_valid_png(trained: Path) -> None:
     pytest.importorskip("matplotlib")
     from PIL import Image
@@ -136,6 +138,7 @@ def test_table_and_a_valid_png(trained: Path) -> None:
         image.verify()
 
 
+@pytest.mark.e2e
 def test_simulated_plot_and_trade_marks(in_trained: Path, capsys: pytest.CaptureFixture) -> None:
     pytest.importorskip("matplotlib")
     from PIL import Image
@@ -151,6 +154,7 @@ def test_simulated_plot_and_trade_marks(in_trained: Path, capsys: pytest.Capture
     assert longs.tolist() == [1, 4] and shorts.tolist() == [] and exits.tolist() == [5]
 
 
+@pytest.mark.e2e
 def test_without_matplotlib_a_line_names_the_extra_and_the_report_prints(trained: Path) -> None:
     result = evaluate_cli(trained, "--checkpoint", "checkpoints", "--data", "prices.csv", "--plot", "none.png",
                           "--equity-csv", "eq2.csv", launcher=NO_MATPLOTLIB)
@@ -161,6 +165,7 @@ def test_without_matplotlib_a_line_names_the_extra_and_the_report_prints(trained
     assert (trained / "eq2.csv").is_file() and not (trained / "none.png").exists()
 
 
+@pytest.mark.e2e
 def test_simulated_evaluation_is_deterministic_and_sampling_reproducible(in_trained: Path,
                                                                          capsys: pytest.CaptureFixture) -> None:
     simulated = ["--checkpoint", "checkpoints", "--episodes", "4", "--seed", "5", "--json"]
@@ -174,6 +179,7 @@ def test_simulated_evaluation_is_deterministic_and_sampling_reproducible(in_trai
     assert json_of(capsys, *sampled) == json_of(capsys, *sampled)
 
 
+@pytest.mark.e2e
 def test_a_checkpoint_written_by_two_workers_evaluates_like_any_other(cwd: Path, monkeypatch: pytest.MonkeyPatch,
                                                                       capsys: pytest.CaptureFixture) -> None:
     result = run_cli(cwd, *TINY, "--distributed", "--num-workers", "2", "--episodes", "8",
@@ -205,6 +211,7 @@ def error_of(capsys: pytest.CaptureFixture, *argv: str) -> str:
     return lines[0]
 
 
+@pytest.mark.e2e
 def test_bad_checkpoints(in_trained: Path, capsys: pytest.CaptureFixture) -> None:
     (in_trained / "empty").mkdir(exist_ok=True)
     (in_trained / "random.pt").write_bytes(np.random.default_rng(0).bytes(4096))
@@ -228,6 +235,7 @@ def test_bad_checkpoints(in_trained: Path, capsys: pytest.CaptureFixture) -> Non
         assert line.startswith("error: ") and reason in line, line
 
 
+@pytest.mark.e2e
 def test_bad_dates_and_flags(in_trained: Path, capsys: pytest.CaptureFixture) -> None:
     data = ["--checkpoint", "checkpoints", "--data", "prices.csv"]
     cases = [
@@ -249,6 +257,7 @@ def test_bad_dates_and_flags(in_trained: Path, capsys: pytest.CaptureFixture) ->
     assert "--episodes must be at least 1" in error_of(capsys, "--checkpoint", "checkpoints", "--episodes", "0")
 
 
+@pytest.mark.e2e
 def test_bad_input_in_the_real_cli_is_one_line_without_traceback(trained: Path) -> None:
     result = evaluate_cli(trained, "--checkpoint", "checkpoints", "--data", "prices.csv", "--start", "2021-01-01",
                           "--end", "2020-01-01")
@@ -256,6 +265,7 @@ def test_bad_input_in_the_real_cli_is_one_line_without_traceback(trained: Path) 
     assert len(result.error_lines()) == 1 and result.stderr.startswith("error: --start 2021-01-01 is after")
 
 
+@pytest.mark.e2e
 def test_a_directory_uses_best_else_latest_and_the_latest_pointer_works(in_trained: Path,
                                                                          capsys: pytest.CaptureFixture) -> None:
     only_latest = in_trained / "only_latest"

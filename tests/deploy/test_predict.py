@@ -22,6 +22,8 @@ from ppo_lstm import TradingPolicy
 from ppo_lstm.evaluation import cli as evaluate
 from ppo_lstm.deploy import predict
 
+pytestmark = pytest.mark.e2e
+
 START = "2021-02-01"
 
 

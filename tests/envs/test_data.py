@@ -84,7 +84,7 @@ def test_column_name_variants(tmp_path, header):
     np.testing.assert_array_equal(data.timestamps, days("2017-01-02", "2017-01-03", "2017-01-04"))
 
 
-# Adj Close (scaling Open/High/Low, refusing an Adj Close without Close): tests/test_adjusted_prices.py
+# Adj Close (scaling Open/High/Low, refusing an Adj Close without Close): tests/envs/test_adjusted_prices.py
 
 
 def test_no_volume_column_gives_zeros(tmp_path):

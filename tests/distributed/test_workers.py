@@ -59,6 +59,7 @@ def test_threads_must_be_positive():
         validate(TrainConfig(threads=0))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("args, env, expected", [
     ([], {"OMP_NUM_THREADS": None}, "Workers: 1 on cpu, 1 torch thread"),
     ([], {"OMP_NUM_THREADS": "2"}, "Workers: 1 on cpu, 2 torch threads"),
@@ -71,12 +72,14 @@ def test_single_device_run_uses_one_thread_unless_told(cwd, args, env, expected)
     assert startup_line(result.stdout) == expected
 
 
+@pytest.mark.e2e
 def test_spawned_cpu_workers_use_one_thread_each(cwd):
     result = run_cli(cwd, *TINY, *SPAWN2, "--episodes", "4", env={"OMP_NUM_THREADS": None})
     assert result.returncode == 0, result.output
     assert startup_line(result.stdout) == "Workers: 2 on cpu (gloo), 1 torch thread each"
 
 
+@pytest.mark.e2e
 def test_zero_threads_is_one_line_exit_2(cwd):
     result = cli_in_process(cwd, *TINY, "--episodes", "2", "--threads", "0")
     assert result.returncode == 2
@@ -91,6 +94,7 @@ def more_gpus_than_visible() -> tuple[int, int]:
     return visible, visible + 3
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("args", [
     ["--distributed", "--num-gpus"],
     ["--distributed", "--num-workers"],  # the same flag: under auto/cuda it counts GPUs
@@ -109,6 +113,7 @@ def test_more_gpus_than_visible_is_a_startup_error(cwd, args):
     assert not (cwd / "training.log").exists()
 
 
+@pytest.mark.e2e
 def test_explicit_cuda_without_gpu_names_the_cpu_alternative(cwd):
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is visible here")
@@ -119,6 +124,7 @@ def test_explicit_cuda_without_gpu_names_the_cpu_alternative(cwd):
                                     "--device cpu (with --num-workers N for N CPU workers)"]
 
 
+@pytest.mark.e2e
 def test_nccl_backend_on_cpu_is_a_startup_error(cwd):
     result = cli_in_process(cwd, *TINY, *SPAWN2, "--episodes", "2", "--backend", "nccl")
     assert result.returncode == 2
@@ -133,6 +139,7 @@ def pinned_to_one_core() -> list[str]:
     return [sys.executable, "-c", code]
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
 def test_more_cpu_workers_than_cores_warns_once(cwd):
     """2 CPU workers on 1 core: one warning line from the launcher; CPU episode lines say Workers."""
@@ -146,6 +153,7 @@ def test_more_cpu_workers_than_cores_warns_once(cwd):
     assert lines and all(line.endswith(" | Workers: 2") for line in lines)
 
 
+@pytest.mark.e2e
 def test_cpu_workers_within_the_cores_do_not_warn(cwd):
     from ppo_lstm.distributed import usable_cores
 
@@ -157,7 +165,8 @@ def test_cpu_workers_within_the_cores_do_not_warn(cwd):
 
 
 def test_episode_line_says_workers_on_cpu_and_gpus_on_cuda():
-    from ppo_lstm.rundir.logger import EpisodeTotals, format_episode_line
+    from ppo_lstm.algo.episodes import EpisodeTotals
+    from ppo_lstm.rundir.logger import format_episode_line
 
     totals = EpisodeTotals(episodes=2, reward=3.0, dollar_return=-4.0, closed=2, wins=1, open_lots=1, steps=32)
     base = "Episode 10/20 - Reward: 1.50, Return: -$2.00, Win Rate: 50.0% (2 closed, 1 open), Steps: 16"

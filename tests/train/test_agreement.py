@@ -1,6 +1,6 @@
 """The iteration's one collective: rollout rows and agreement row travel together, bit for bit.
 
-The real two-process path (gloo) runs in tests/test_distributed.py (spawned workers end
+The real two-process path (gloo) runs in tests/distributed/test_distributed.py (spawned workers end
 bitwise equal, episode split end to end); here the packing is checked exactly.
 """
 from __future__ import annotations

@@ -27,7 +27,7 @@ from ppo_lstm.distributed.cuda import count_syncs
 pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
               pytest.mark.timeout(300)]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY_CUDA = [a if a != "cpu" else "cuda" for a in TINY]  # TINY with --device cuda
 
 NCCL_SCRIPT = """
@@ -77,6 +77,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("gpus", [1, 2])
 def test_nccl_collectives_take_cpu_tensors_and_repair_drift(tmp_path, gpus):
     if torch.cuda.device_count() < gpus:
@@ -188,6 +189,7 @@ def test_bf16_update_runs_the_lstm_in_bfloat16_and_stores_float32():
     assert all(v.dtype == torch.float32 for s in optimizer.state.values() for v in s.values())
 
 
+@pytest.mark.e2e
 def test_single_gpu_run_and_its_checkpoints_hold_only_cpu_tensors(cwd):
     result = run_cli(cwd, *TINY_CUDA, "--episodes", "4", "--log-interval", "2", timeout=240)
     assert result.returncode == 0, result.output
@@ -209,6 +211,7 @@ def test_single_gpu_run_and_its_checkpoints_hold_only_cpu_tensors(cwd):
         assert out.returncode == 0, out.stderr
 
 
+@pytest.mark.e2e
 def test_resume_gpu_to_cpu_and_back_with_one_warning_each(cwd):
     first = run_cli(cwd, *TINY_CUDA, "--episodes", "4", timeout=240)
     assert first.returncode == 0, first.output
@@ -222,6 +225,7 @@ def test_resume_gpu_to_cpu_and_back_with_one_warning_each(cwd):
         assert f"Training finished: {episodes} episodes" in result.stdout
 
 
+@pytest.mark.e2e
 def test_two_gpu_nccl_run(cwd):
     if torch.cuda.device_count() < 2:
         pytest.skip("needs 2 GPUs")

@@ -121,7 +121,7 @@ def test_validate_rejects_impossible_settings(changes, message):
 def test_readme_documents_every_flag_and_ci_runs_its_test_command():
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     readme = (root / "README.md").read_text()
     for flag in all_flags():
         assert f"`{flag}" in readme, flag

@@ -171,6 +171,7 @@ def test_features_need_data_and_matching_columns(tmp_path):
 # ----------------------------------------------------------------------------- the run, end to end
 
 
+@pytest.mark.e2e
 def test_train_holdout_evaluate_and_resume_with_features(tmp_path):
     write_prices(tmp_path / "p.csv", 300, warmup=20)
     result = run_cli(tmp_path, *TINY, "--data", "p.csv", "--features", "sig,VOLUME", "--episodes", "16",
@@ -200,6 +201,7 @@ def test_train_holdout_evaluate_and_resume_with_features(tmp_path):
     assert load_state(tmp_path / "checkpoints" / "checkpoint_u00000012.pt")["config"]["env"]["features"] == "sig,VOLUME"
 
 
+@pytest.mark.e2e
 def test_bad_feature_input_is_one_line_exit_2(tmp_path, capsys):
     from ppo_lstm.evaluation.cli import main as evaluate_main
 
@@ -227,6 +229,7 @@ def test_bad_feature_input_is_one_line_exit_2(tmp_path, capsys):
         assert len(err) == 1 and message in err[0], err
 
 
+@pytest.mark.e2e
 def test_two_workers_with_features_all_trade_the_data(tmp_path):
     write_prices(tmp_path / "p.csv", 300, warmup=10)
     result = run_cli(tmp_path, *TINY, "--distributed", "--num-gpus", "2", "--data", "p.csv", "--features", "sig",

@@ -109,6 +109,7 @@ while True:
 """
 
 
+@pytest.mark.e2e
 def test_sigkill_during_checkpoint_writes(tmp_path):
     directory = tmp_path / "checkpoints"
     directory.mkdir()
@@ -159,6 +160,7 @@ def test_sigkill_during_checkpoint_writes(tmp_path):
 # ----------------------------------------------------------------------------- 2. SIGTERM / SIGINT
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("workers", [[], SPAWN2], ids=["1worker", "2workers"])
 def test_sigterm_checkpoints_and_resumes(cwd, workers):
     run = Run(cwd, [*TINY, *workers, *LONG])
@@ -179,6 +181,7 @@ def test_sigterm_checkpoints_and_resumes(cwd, workers):
     assert newest(cwd / "checkpoints")[1]["counters"]["global_episodes"] == done + 4
 
 
+@pytest.mark.e2e
 def test_sigint_exits_130_with_checkpoint(cwd):
     run = Run(cwd, [*TINY, *LONG])
     wait_for(lambda: training_started(cwd), 60, "training to start", run)
@@ -190,6 +193,7 @@ def test_sigint_exits_130_with_checkpoint(cwd):
     assert newest(cwd / "checkpoints")[1]["counters"]["global_episodes"] == done
 
 
+@pytest.mark.e2e
 def test_second_signal_exits_at_once(cwd):
     # updates of ~2 s: the first SIGTERM waits for the update to end, the second must not
     run = Run(cwd, [*TINY, *LONG, "--update-interval", "2048", "--epochs", "30"])
@@ -208,6 +212,7 @@ def test_second_signal_exits_at_once(cwd):
 # ----------------------------------------------------------------------------- 3. corrupt checkpoints
 
 
+@pytest.mark.e2e
 def test_corrupt_checkpoint_error_names_file(single, tmp_path):
     good = single / "checkpoints" / "checkpoint_u00000008.pt"
     data = good.read_bytes()
@@ -222,6 +227,7 @@ def test_corrupt_checkpoint_error_names_file(single, tmp_path):
         load_checkpoint(tmp_path / "missing.pt")
 
 
+@pytest.mark.e2e
 def test_resume_falls_back_past_corrupt_checkpoint(single, cwd):
     directory = copy_run(single, cwd)
     newest_file = directory / "checkpoint_u00000008.pt"
@@ -234,6 +240,7 @@ def test_resume_falls_back_past_corrupt_checkpoint(single, cwd):
     assert "Training finished: 20 episodes" in result.stdout
 
 
+@pytest.mark.e2e
 def test_resume_with_no_valid_checkpoint_exits_2(single, cwd):
     directory = copy_run(single, cwd)
     for path in CheckpointDir(directory).checkpoints():
@@ -264,6 +271,7 @@ def hostile_checkpoint(path: Path, marker: Path) -> None:
     torch.save({"format": 1, "model": {}, "counters": {}, "payload": Payload(marker)}, path)
 
 
+@pytest.mark.e2e
 def test_hostile_pickle_is_never_run(single, cwd, tmp_path):
     # the payload is real: a plain (unsafe) torch.load runs it
     proof_marker, proof = tmp_path / "proof-marker", tmp_path / "proof.pt"
@@ -301,6 +309,7 @@ def spawned_exact(tmp_path_factory):
     return cwd
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("workers", ["1worker", "2workers"])
 def test_exact_resume_from_mid_run_checkpoint(request, cwd, workers):
     flags = [] if workers == "1worker" else SPAWN2
@@ -325,6 +334,7 @@ def test_exact_resume_from_mid_run_checkpoint(request, cwd, workers):
 # ----------------------------------------------------------------------------- 6. non-finite updates
 
 
+@pytest.mark.e2e
 def test_non_finite_updates_are_skipped_and_never_checkpointed(cwd):
     """Valid but extreme prices (alternating 1e-150 / 1e150) overflow the dollar PnL: the
     rewards are inf, the losses non-finite. Those updates are skipped with a warning and
@@ -375,6 +385,7 @@ def test_poisoned_batch_update_is_undone(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------- 7. unwritable directory
 
 
+@pytest.mark.e2e
 def test_unwritable_checkpoint_dir_exits_2(cwd):
     if os.geteuid() == 0:  # root writes anywhere: use a path below a regular file instead
         blocker = cwd / "somefile"
@@ -431,6 +442,7 @@ BAD_INPUTS = {
 }
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
 def test_bad_input_is_one_line_exit_2(case, cwd, single):
     args, expected = BAD_INPUTS[case]
@@ -459,6 +471,7 @@ def test_bad_input_is_one_line_exit_2(case, cwd, single):
 # ----------------------------------------------------------------------------- 9. concurrent runs
 
 
+@pytest.mark.e2e
 def test_second_run_on_same_dir_is_refused(tmp_path):
     first_cwd, second_cwd = tmp_path / "first", tmp_path / "second"
     directory = first_cwd / "checkpoints"
@@ -518,6 +531,7 @@ def assert_no_peer_noise(result) -> None:
         assert noise not in result.output, result.output
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("launcher, rank", [("spawn", 1), ("spawn", 0), ("torchrun", 1)])
 def test_unexpected_failure_on_one_rank_ends_the_job_in_seconds(cwd, launcher, rank):
     """Rank ``rank`` raises just before a collective that the other rank already waits in."""
@@ -538,6 +552,7 @@ def test_unexpected_failure_on_one_rank_ends_the_job_in_seconds(cwd, launcher, r
     assert_no_process_left(cwd)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("launcher", ["spawn", "torchrun"])
 def test_checkpoint_write_failure_on_rank_0_ends_the_job_in_seconds(cwd, launcher):
     """A real fault: rank 0 cannot write ``latest`` (a directory sits there), as on a full
@@ -577,6 +592,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.e2e
 def test_a_rank_busy_outside_collectives_is_stopped_by_the_failure_alarm(tmp_path):
     """Rank 1 fails while rank 0 is not in a collective, so no broken connection can
     tell it: the failure alarm (through the rendezvous store) stops it at once."""

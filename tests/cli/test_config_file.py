@@ -105,6 +105,7 @@ def test_command_line_overrides_the_file_and_the_note_says_which(tmp_path):
     assert parse_command_line(["--seed", "9"]).note is None
 
 
+@pytest.mark.e2e
 def test_print_config_round_trips(tmp_path):
     flags = [*TINY, "--target-kl", "0.015", "--no-anneal-lr", "--num-gpus", "3", "--autocast", "bf16",
              "--data", "prices.csv", "--date-format", "%d.%m.%Y", "--data-start", "2020-01-01", "--no-short",
@@ -118,6 +119,7 @@ def test_print_config_round_trips(tmp_path):
     assert not (tmp_path / "checkpoints").exists()  # printing starts nothing
 
 
+@pytest.mark.e2e
 def test_distributed_script_reads_a_config_and_prints_it(tmp_path):
     write(tmp_path / "run.yaml", RUN_YAML)
     result = subprocess.run([sys.executable, str(ROOT / "train_ppo_lstm_distributed.py"), "--config", "run.yaml",
@@ -156,6 +158,7 @@ BAD_FILES = [
 ]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name, text, message", BAD_FILES, ids=[m[:40] for _, _, m in BAD_FILES])
 def test_a_bad_file_is_one_line_exit_2(cwd, name, text, message):
     (cwd / name).write_bytes(text if isinstance(text, bytes) else text.encode())
@@ -166,6 +169,7 @@ def test_a_bad_file_is_one_line_exit_2(cwd, name, text, message):
     assert not (cwd / "checkpoints").exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("make, message", [
     (lambda cwd: "missing.yaml", "missing.yaml: cannot read the config file (No such file or directory)"),
     (lambda cwd: (cwd / "folder.yaml").mkdir() or "folder.yaml", "folder.yaml: cannot read the config file"),
@@ -183,6 +187,7 @@ def test_parse_flags_raises_usage_error_for_a_bad_file(tmp_path):
 # ------------------------------------------------------------------ a real run's config.yaml
 
 
+@pytest.mark.e2e
 def test_a_run_saves_config_yaml_that_reproduces_its_settings(trained):
     cwd, result = trained
     note = "Config file run.yaml: 13 settings; the command line overrode --episodes 2 -> 4"
@@ -196,6 +201,7 @@ def test_a_run_saves_config_yaml_that_reproduces_its_settings(trained):
     assert not list((cwd / "checkpoints").glob(".*.tmp"))  # written atomically, no temp file left
 
 
+@pytest.mark.e2e
 def test_a_saved_config_fed_back_neither_resumes_nor_overwrites(trained):
     cwd, _ = trained
     before = sorted(p.name for p in (cwd / "checkpoints").iterdir())
@@ -214,6 +220,7 @@ def test_save_run_config_writes_resume_and_overwrite_false(tmp_path):
     assert back == TrainConfig(checkpoint_dir=str(tmp_path / "run"), episodes=7)
 
 
+@pytest.mark.e2e
 def test_resume_with_a_config_that_changes_a_model_size_is_refused_like_the_flag(trained):
     cwd, _ = trained
     write(cwd / "bigger.yaml", "hidden-size: 32\n")
@@ -224,6 +231,7 @@ def test_resume_with_a_config_that_changes_a_model_size_is_refused_like_the_flag
     assert "--hidden-size 32" in by_file.stderr
 
 
+@pytest.mark.e2e
 def test_resume_takes_the_config_file_as_command_line_settings(trained):
     cwd, _ = trained
     write(cwd / "longer.yaml", "episodes: 12\nfee-bps: 3\n")
@@ -234,6 +242,7 @@ def test_resume_takes_the_config_file_as_command_line_settings(trained):
     assert (printed["hidden-size"], printed["seed"], printed["market"]) == (16, 3, "regime")  # the checkpoint's
 
 
+@pytest.mark.e2e
 def test_evaluate_reads_a_config_file(trained, capsys):
     from ppo_lstm.evaluation.cli import main as evaluate
 
@@ -262,6 +271,7 @@ def test_evaluate_bad_config_file_is_one_line_exit_2(tmp_path, capsys):
 # ------------------------------------------------------------------ torchrun
 
 
+@pytest.mark.e2e
 def test_torchrun_with_a_config_file(cwd):
     write(cwd / "run.yaml", RUN_YAML)
     result = run_cli(cwd, "--config", "run.yaml", "--episodes", "4",

@@ -1,0 +1,50 @@
+"""Checkpoints outlive the code that wrote them: a run dir written by the code before the
+package took its sub-package layout (``data/pre_layout_run``: TINY flags, seed 3, 4 episodes)
+still evaluates to the very figures that code printed (``data/pre_layout_evaluate.json``,
+``evaluate --checkpoint .../checkpoint_u00000002.pt --episodes 4 --seed 1 --json``), and
+still resumes; a checkpoint the CLI writes today loads through the public API."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import TINY, cli_in_process, load_state
+from ppo_lstm import TrainConfig, load_policy
+from ppo_lstm.evaluation.cli import main as evaluate_main
+
+DATA = Path(__file__).resolve().parent / "data"
+OLD_RUN = DATA / "pre_layout_run"
+OLD_CHECKPOINT = OLD_RUN / "checkpoint_u00000002.pt"
+
+
+def test_a_pre_layout_checkpoint_loads_through_the_public_api() -> None:
+    agent, config = load_policy(OLD_CHECKPOINT)
+    assert isinstance(config, TrainConfig)
+    assert (config.seed, config.episodes, config.hidden_size, config.lstm_size) == (3, 4, 16, 16)
+    state = torch.load(OLD_CHECKPOINT, weights_only=True)
+    assert all(torch.equal(value, state["model"][name]) for name, value in agent.state_dict().items())
+
+
+def test_a_pre_layout_checkpoint_evaluates_to_the_figures_the_old_code_printed(capsys) -> None:
+    assert evaluate_main(["--checkpoint", str(OLD_CHECKPOINT), "--episodes", "4", "--seed", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads((DATA / "pre_layout_evaluate.json").read_text())
+
+
+@pytest.mark.e2e
+def test_a_pre_layout_run_dir_resumes(tmp_path: Path) -> None:
+    shutil.copytree(OLD_RUN, tmp_path / "ck")
+    result = cli_in_process(tmp_path, *TINY, "--episodes", "8", "--checkpoint-dir", "ck", "--resume")
+    assert result.returncode == 0, result.output
+    assert "Resumed from ck/checkpoint_u00000002.pt at episode 4/8 (update 2)" in (tmp_path / "training.log").read_text()
+    assert load_state(tmp_path / "ck" / "checkpoint_u00000004.pt")["counters"]["global_episodes"] == 8
+
+
+@pytest.mark.e2e
+def test_a_checkpoint_the_cli_writes_loads_through_the_public_api(tmp_path: Path) -> None:
+    result = cli_in_process(tmp_path, *TINY, "--episodes", "4", "--checkpoint-dir", "ck")
+    assert result.returncode == 0, result.output
+    agent, config = load_policy(tmp_path / "ck" / "best.pt")
+    assert (config.seed, config.episodes) == (3, 4)
+    assert sum(p.numel() for p in agent.parameters()) > 0
