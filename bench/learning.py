@@ -3,7 +3,7 @@
 Trains ppo-lstm-trader (in-process, the CLI's loop; ``--seeds`` training seeds) and,
 when installed, sb3-contrib's RecurrentPPO (same env, same sizes as
 ``bench/train_throughput.py``) on each market, then scores every policy GREEDILY on
-held-out paths: ``--episodes`` fresh episodes from ``ppo_lstm.backtest.evaluation_seeds``
+held-out paths: ``--episodes`` fresh episodes from ``ppo_lstm.evaluation.backtest.evaluation_seeds``
 (disjoint from every training seed) through ``backtest_simulated``; on the ``-csv``
 market, the agent trains with ``--data`` on a long regime history and is scored on a
 later, disjoint file with ``backtest_history`` (one continuous episode).
@@ -41,7 +41,7 @@ over 20k profitable bars equity grows by adding, and log growth per bar would un
 every profitable policy by a different amount); bench/results/learning_signal.txt.
 
 Time: 12 training runs (9 x 131072 steps, 3 RecurrentPPO x 131072, the same budget) on ``--jobs 2``:
-205 s on 2 otherwise idle AMD EPYC cores (bench/results/learning.txt; 797 s on the previous, slower machine). The csv market is one continuous
+205 s on 2 otherwise idle AMD EPYC cores (bench/results/learning.txt). The csv market is one continuous
 regime path (default parameters) cut into a 60k-bar training file and the 20k bars after
 it as the test file. Its scores are not comparable with the simulated markets': a
 continuous backtest keeps the lot size fixed in units, so the exposure drifts with the

@@ -2,8 +2,7 @@
 
 ``ufunc.accumulate`` walks each series as one serial chain of dependent adds. With
 many series a Python loop over time, each step one ufunc call across every series,
-is several times faster (measured at 1024 series of 161 bars: about 4x against
-``np.cumsum`` along the series and 10x against ``np.add.accumulate`` along axis 0)
+is faster than ``np.cumsum`` along the series or ``np.add.accumulate`` along axis 0,
 and computes the same ``out[t] = ufunc(out[t-1], x[t])`` in the same order.
 """
 from __future__ import annotations

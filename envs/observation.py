@@ -15,7 +15,7 @@ columns, 0 without them):
 * ``[W+1]``  unrealised PnL of the open lots / initial cash * 10, clipped to +-10;
 * ``[W+2]``  bars held in the current position / the time scale, clipped at 1 (0..1).
   The time scale is the episode length, unless the observer is given another one: a
-  continuous backtest (``ppo_lstm.backtest``) passes the training episode length, so
+  continuous backtest (``ppo_lstm.evaluation.backtest``) passes the training episode length, so
   a position held longer than a training episode reads 1, as at a training episode's
   end. In training (scale = episode length, position age <= L) nothing is clipped.
 

@@ -382,10 +382,8 @@ def learning_rates(config: TrainConfig, world_size: int = 1) -> tuple[float, flo
 
     With the default batch (no ``--update-interval``), W workers update on a batch W
     times larger, so they make 1/W as many updates on the same data; the rates then
-    scale by sqrt(W), the usual rule for Adam when the batch grows. Measured with
-    bench/learning.py (6 seeds, 3 markets): on 2 workers at the one-worker rates, 1 of
-    18 runs collapsed to a flat policy; at sqrt(2) times the rates none did, and every
-    market's mean was at least one worker's. An explicit ``--update-interval`` fixes
+    scale by sqrt(W), the usual rule for Adam when the batch grows (why: docs/benchmarks.md,
+    "Why learning rates x sqrt(W) on W workers"). An explicit ``--update-interval`` fixes
     the batch, and the rates are taken as given."""
     scale = math.sqrt(world_size) if config.update_interval is None else 1.0
     return config.learning_rate_actor * scale, config.learning_rate_critic * scale

@@ -77,7 +77,7 @@ class FlatGradients:
 
     Zeroing and scaling the gradients are then one operation each, where
     ``optimizer.zero_grad`` and ``nn.utils.clip_grad_norm_`` take one per parameter
-    (about 5 % of a gradient step at the default sizes, timed in isolation).
+    (docs/benchmarks.md, "Training throughput").
     Backward accumulates into the views in place, and the optimizer reads them as
     usual. Results are bit for bit those of ``zero_grad(set_to_none=True)`` and
     ``clip_grad_norm_``: the norm is taken per parameter, in the same order, and the

@@ -4,7 +4,7 @@ from one rollout to the next, the action sampler and the rollout buffer.
 Shapes: T rollout steps per env, N envs on this worker, D obs size, A actions,
 H LSTM size.
 
-On a GPU a step makes one host -> device copy (:class:`~ppo_lstm.staging.StepStaging`:
+On a GPU a step makes one host -> device copy (:class:`~ppo_lstm.algo.staging.StepStaging`:
 observations, episode starts and the previous step's rewards, from a pinned buffer)
 and one device -> host copy (the actions, with the policy's finite flag). Values,
 log-probs and rewards stay on the device. On the CPU the same code makes no copy.

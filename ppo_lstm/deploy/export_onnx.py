@@ -1,9 +1,9 @@
 """Export a checkpoint's recurrent step to ONNX, with the metadata a consumer needs.
 
     export-ppo-lstm --checkpoint checkpoints/best.pt --onnx policy.onnx
-    python -m ppo_lstm.export_onnx --checkpoint checkpoints --onnx policy.onnx
+    python -m ppo_lstm.deploy.export_onnx --checkpoint checkpoints --onnx policy.onnx
 
-The graph and its metadata: ``ppo_lstm.onnx_model``. It is exported by torch's
+The graph and its metadata: ``ppo_lstm.deploy.onnx_model``. It is exported by torch's
 TorchScript-based exporter (``dynamo=False``: no onnxscript needed), opset 17, with a
 dynamic batch axis, checked by ``onnx.checker`` and written atomically. Needs the
 ``onnx`` extra (``pip install 'ppo-lstm-trader[onnx]'``). Bad input: one ``error:`` line
@@ -98,7 +98,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
-    parser = _Parser(prog=prog or "python -m ppo_lstm.export_onnx",
+    parser = _Parser(prog=prog or "python -m ppo_lstm.deploy.export_onnx",
                      description="Export a checkpoint's recurrent policy step to ONNX: (observation, h, c) -> "
                                  "(logits, value, h', c'), with the metadata needed to build observations.",
                      epilog="Run it with: predict-ppo-lstm --model FILE --data prices.csv. Bad input: one 'error:' "

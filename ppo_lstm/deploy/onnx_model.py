@@ -1,6 +1,6 @@
 """The policy's recurrent step as an ONNX model: what it holds and how it is run (onnxruntime).
 
-The graph (``ppo_lstm.export_onnx`` writes it) is one decision of B envs::
+The graph (``ppo_lstm.deploy.export_onnx`` writes it) is one decision of B envs::
 
     (observation [B, D] float32, h [B, H] float32, c [B, H] float32)
         -> (logits [B, A] float32, value [B] float32, h_next [B, H], c_next [B, H])
@@ -56,7 +56,7 @@ OBSERVATION_LAYOUT = (
     "<= feature_std_floor_rel * |mean| + feature_std_floor_abs; the first decision is at or after the first bar "
     "where every feature column is defined. Lots: one lot = initial_cash / "
     "(max_position * close of the first decision bar) units; fills at the next open with slippage_bps, "
-    "fee_bps on each fill's notional (ppo_lstm.policy)")
+    "fee_bps on each fill's notional (ppo_lstm.deploy.policy)")
 
 
 def constants() -> dict[str, str]:

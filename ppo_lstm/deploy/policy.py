@@ -1,6 +1,6 @@
 """A trained policy fed one bar at a time: the backtest's decisions, bar by bar, with a state to save.
 
-``TradingPolicy`` plays what ``ppo_lstm.backtest.backtest_history`` plays for one
+``TradingPolicy`` plays what ``ppo_lstm.evaluation.backtest.backtest_history`` plays for one
 continuous episode, but one bar at a time, so a live user gets each decision as soon
 as a bar closes, and can stop and resume without replaying history::
 
@@ -35,7 +35,7 @@ on the last ``window + 1`` closes (the same value, bit for bit, as on the whole 
 ``tests/test_policy.py``), the env's ``Observer`` and ``Ledger``, and the feature columns'
 rolling z-scores by ``envs.features.feature_zscores`` on the last ``FEATURE_WINDOW`` raw rows
 (the rule of ``FeatureNormaliser``: bit for bit the values of the whole file). The network
-step is the agent's own ``step`` (``TorchStep``) or the exported ONNX step (``ppo_lstm.onnx_model``).
+step is the agent's own ``step`` (``TorchStep``) or the exported ONNX step (``ppo_lstm.deploy.onnx_model``).
 
 State: ``state_dict()`` is plain JSON data (numbers, strings, lists; floats written
 with ``repr`` round-trip exactly); ``save_state``/``load_state`` write and read it as a

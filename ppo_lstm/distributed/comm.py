@@ -19,8 +19,7 @@ from .devices import usable_cores
 # (sched_yield), before it sleeps until the collective completes. A rank that sleeps
 # is woken a millisecond or more after its peer's data arrives (the scheduler, and on
 # a VM the host, must wake its idle core); one that keeps its core runs the moment the
-# data is there. 2 gloo workers on 2 cores ran about 10 % faster (bench/results/scaling_spin.txt).
-# --spin-ms overrides it.
+# data is there (docs/benchmarks.md, "Why --spin-ms auto"). --spin-ms overrides it.
 SPIN_SECONDS = 0.02
 _give_core_away = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))  # sched_yield is POSIX-only
 

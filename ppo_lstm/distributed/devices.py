@@ -19,9 +19,8 @@ def threads_per_worker(config: TrainConfig, environ: Mapping[str, str] = os.envi
     when it is set (to a positive count), else 1.
 
     The model is far too small to gain from intra-op threads, and on a CPU that other
-    processes also use, torch's default (one thread per core) thrashes: 16 episodes took
-    17.2 s instead of 1.1 s next to one busy process on 2 cores. GPU workers get the
-    same rule for their CPU-side work.
+    processes also use, torch's default (one thread per core) thrashes (docs/distributed.md).
+    GPU workers get the same rule for their CPU-side work.
     """
     if config.threads is not None:
         return config.threads

@@ -148,7 +148,7 @@ def evaluation_seeds(seed: int, episodes: int) -> list[int]:
 
     Drawn as 64-bit words from ``np.random.SeedSequence([EVAL_SEED_TAG, seed])`` and
     offset by 2**64, so they can never equal a training env's seed (32-bit words from
-    ``SeedSequence([seed, rank, generation])``, see ``ppo_lstm.seeding.env_seeds``).
+    ``SeedSequence([seed, rank, generation])``, see ``ppo_lstm.algo.seeding.env_seeds``).
     """
     words = np.random.SeedSequence([EVAL_SEED_TAG, seed]).generate_state(episodes, dtype=np.uint64)
     return [(1 << 64) + int(w) for w in words]

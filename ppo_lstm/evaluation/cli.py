@@ -5,8 +5,8 @@
     python -m ppo_lstm.evaluate --config backtest.yaml --seed 2
 
 (also installed as ``evaluate-ppo-lstm``; ``--config`` reads its flags from a YAML or TOML
-file, see :mod:`ppo_lstm.config_file`). The engine is ``ppo_lstm.backtest``, the
-outputs ``ppo_lstm.report``. Bad input ends with one ``error: ...`` line on stderr and
+file, see :mod:`ppo_lstm.config_file`). The engine is ``ppo_lstm.evaluation.backtest``, the
+outputs ``ppo_lstm.evaluation.report``. Bad input ends with one ``error: ...`` line on stderr and
 exit code 2. ``evaluate()`` below plays one episode per seed (the learning test uses it).
 """
 from __future__ import annotations

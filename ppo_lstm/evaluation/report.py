@@ -1,6 +1,6 @@
 """The outputs of a backtest: the table, the JSON object, the equity CSV and the plot.
 
-Each takes a :class:`ppo_lstm.backtest.BacktestResult`; the plot needs matplotlib
+Each takes a :class:`ppo_lstm.evaluation.backtest.BacktestResult`; the plot needs matplotlib
 (the ``plot`` extra) and says so in a one-line :class:`UsageError` without it.
 """
 from __future__ import annotations

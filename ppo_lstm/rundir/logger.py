@@ -22,7 +22,7 @@ UPDATE_COLUMNS = (
     "sps_global", "sps_per_rank", "episodes_finished", "mean_reward", "mean_return", "win_rate",
     "closed_trades", "open_lots", "mean_steps",
 )
-# the hold-out backtest's figures, on the rows of updates that wrote a checkpoint (ppo_lstm.holdout)
+# the hold-out backtest's figures, on the rows of updates that wrote a checkpoint (ppo_lstm.train.holdout)
 HOLDOUT_COLUMNS = ("holdout_return_pct", "holdout_sharpe", "holdout_max_drawdown_pct", "holdout_trades",
                    "holdout_exposure_pct", "holdout_buy_and_hold_pct")
 METRIC_COLUMNS = UPDATE_COLUMNS + HOLDOUT_COLUMNS

@@ -21,8 +21,8 @@ def build_optimizer(config: TrainConfig, agent: RecurrentActorCritic, world_size
     """Adam with two parameter groups: actor (encoder, LSTM, policy) and critic (value head),
     at :func:`~ppo_lstm.config.learning_rates` for ``world_size`` workers.
 
-    The fused kernel (one call per group for every parameter) cost about a fifth less
-    per update than ``foreach`` at the default sizes on the CPU (bench/train_throughput.py)."""
+    The fused kernel: one call per group for every parameter, where ``foreach`` takes
+    several (docs/benchmarks.md, "Training throughput")."""
     actor, critic = learning_rates(config, world_size)
     return torch.optim.Adam([
         {"params": agent.actor_parameters(), "lr": actor, "name": "actor"},

@@ -4,7 +4,7 @@ rank 0 runs on what is held out at every checkpoint.
 With ``--data``, bars ``lo..hi-1`` are those ``--data-start`` / ``--data-end`` select
 (default: the whole file). The last ``round(holdout * (hi - lo))`` of them are held out:
 training episodes lie within bars ``lo..split-1`` and never read a later bar. The
-hold-out backtest is :func:`ppo_lstm.backtest.backtest_history` on bars
+hold-out backtest is :func:`ppo_lstm.evaluation.backtest.backtest_history` on bars
 ``split-W-1..hi-1``: its first observation is the window of (training) bars before
 ``split``, its first decision is taken at the close of bar ``split-1`` and its first
 trade fills at bar ``split``'s open, so every held-out bar is scored and none is
@@ -21,7 +21,7 @@ move together). Each instrument's hold-out is backtested on its own; the hold-ou
 gives the mean over instruments of each figure, metrics.csv adds every instrument's
 figures (columns ``<file name>:holdout_...``) and best.pt is the best mean return.
 
-Without ``--data``, the hold-out is :func:`ppo_lstm.backtest.backtest_simulated` on
+Without ``--data``, the hold-out is :func:`ppo_lstm.evaluation.backtest.backtest_simulated` on
 ``--holdout-episodes`` paths of the training market seeded by
 ``evaluation_seeds(seed, episodes)``, seeds that no training env ever draws.
 """

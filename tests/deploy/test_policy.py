@@ -1,4 +1,4 @@
-"""The streaming policy (ppo_lstm.policy.TradingPolicy): bar by bar it takes the backtest's decisions
+"""The streaming policy (ppo_lstm.deploy.policy.TradingPolicy): bar by bar it takes the backtest's decisions
 bit for bit (observations, logits, positions, equity), from any --start; its state round-trips
 exactly through JSON; fill() changes the book; busts stay flat; bad bars and states are refused."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The backtest engine (ppo_lstm.backtest): the env bar for bar, no look-ahead, the time
+"""The backtest engine (ppo_lstm.evaluation.backtest): the env bar for bar, no look-ahead, the time
 feature of long runs, buy-and-hold, trades, busts and the simulated chain. In-process, fast."""
 from __future__ import annotations
 
