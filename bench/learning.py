@@ -22,7 +22,7 @@ score over that model rule's. Rules: ``bench/learning_baselines.py``.
 
     python bench/learning.py                    # the benchmark (3 markets, 3 seeds; see below for time)
     python bench/learning.py --quick            # smoke run (~1 min)
-    python bench/learning.py --markets regime-10bps --steps 384000 --no-sb3   # the budget
+    python bench/learning.py --markets regime-10bps --steps 384000 --no-sb3   # a longer budget: 3,000 episodes of 128 steps
     python bench/learning.py --set ent_coef=0.03 --set update_interval=512    # TrainConfig overrides
     python bench/learning.py --no-sb3 --seeds 6 --workers 1,2   # 1 worker against 2 gloo workers (~9 min)
 
