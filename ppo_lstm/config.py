@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import sys
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +22,7 @@ from envs.config import EnvConfig
 
 from .rundir.checkpoint import RUN_CONFIG_NAME, atomic_write_bytes
 from .config_file import ParsedArgs, add_config_options, dump_settings, parse_args
-from .errors import UsageError
+from .errors import OneLineParser, UsageError
 
 RUN, PPO, MODEL, DIST, ENV = "run", "PPO", "model", "distributed", "environment"
 GROUP_TITLES = {
@@ -180,18 +179,10 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return action.help if action.default is None else super()._get_help_string(action)
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a bad flag in one line (plus a pointer to --help), exit 2."""
-
-    def error(self, message: str) -> typing.NoReturn:
-        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
-        sys.exit(2)
-
-
 def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     """The CLI parser, generated from :class:`TrainConfig` and its nested :class:`EnvConfig`,
     with ``--config FILE`` and ``--print-config`` (see :mod:`ppo_lstm.config_file`)."""
-    parser = _OneLineParser(
+    parser = OneLineParser(
         prog=prog,
         description="Train a recurrent (LSTM) PPO agent to trade, on one device or many.",
         formatter_class=_HelpFormatter,
