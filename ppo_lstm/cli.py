@@ -4,9 +4,7 @@ torchrun). ``--print-config`` prints the resolved settings instead."""
 from __future__ import annotations
 
 import functools
-import os
 import sys
-from pathlib import Path
 from typing import Optional
 
 from .rundir.checkpoint import CheckpointDir
@@ -16,7 +14,8 @@ from .distributed import launch, launched_by_torchrun, resolve_device, world_siz
 from .errors import EXIT_USAGE, UsageError
 from .train.build import build_agent, check_model_matches
 from .train.holdout import load_training_data
-from .train.worker import LOCK_HELD_VARIABLE, train_worker
+from .train.run_dir import check_run_dir, hold_lock_for_workers, newest_checkpoint, release_lock_for_workers
+from .train.worker import train_worker
 
 
 def preflight(config: TrainConfig, given: frozenset[str], world_size: int) -> TrainConfig:
@@ -28,26 +27,17 @@ def preflight(config: TrainConfig, given: frozenset[str], world_size: int) -> Tr
     """
     directory = CheckpointDir(config.checkpoint_dir, config.keep_checkpoints)
     if config.resume and not config.overwrite:
-        path, state = resumed_from(config)
+        path, state, _ = newest_checkpoint(config)
         config = resumed_config(config, given, state["config"])[0]
     validate(config, world_size)
     if config.data is not None:
         load_training_data(config)  # a bad file, bad dates or a split too short: one line, exit 2
     parameter_bytes = sum(p.numel() for p in build_agent(config).parameters()) * 4
     directory.check_writable(needed_bytes=4 * (3 * parameter_bytes + (1 << 20)))
-    with RunLock(config.checkpoint_dir):  # a live run's directory: say that, not what it holds
-        pass
+    check_run_dir(config)  # not a live run's, and no run to write over unless --resume or --overwrite
     if config.resume:
         check_model_matches(config, state, path)
-    elif not config.overwrite:
-        directory.refuse_if_taken()
     return config
-
-
-def resumed_from(config: TrainConfig) -> tuple[Path, dict]:
-    """``--resume``: the newest valid checkpoint in --checkpoint-dir (UsageError when none)."""
-    path, state, _ = CheckpointDir(config.checkpoint_dir, config.keep_checkpoints).load_newest_valid()
-    return path, state
 
 
 def print_config(config: TrainConfig, given: frozenset[str]) -> None:
@@ -56,7 +46,7 @@ def print_config(config: TrainConfig, given: frozenset[str]) -> None:
     finds no checkpoint."""
     header = ("Resolved settings; train with: --config FILE (flags given with it override it)",)
     if config.resume and not config.overwrite:
-        path, state = resumed_from(config)
+        path, state, _ = newest_checkpoint(config)
         config = resumed_config(config, given, state["config"])[0]
         header += (f"--resume: the settings of {path}, under those given on the command line or in --config",)
     sys.stdout.write(config_yaml(config, header))
@@ -85,9 +75,7 @@ def main(argv: Optional[list[str]] = None, force_distributed: bool = False, prog
         else:
             config = preflight(config, given, world_size)
             if config.distributed:  # the launcher holds the run lock for its workers
-                lock = RunLock(config.checkpoint_dir)
-                lock.acquire()
-                os.environ[LOCK_HELD_VARIABLE] = "1"
+                lock = hold_lock_for_workers(config)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
@@ -98,5 +86,4 @@ def main(argv: Optional[list[str]] = None, force_distributed: bool = False, prog
         return EXIT_USAGE
     finally:
         if lock is not None:
-            lock.release()
-            os.environ.pop(LOCK_HELD_VARIABLE, None)
+            release_lock_for_workers(lock)

@@ -2,7 +2,8 @@
 
 Every flag of ``train_ppo_lstm.py`` is a field of :class:`TrainConfig` (or of the
 nested :class:`envs.config.EnvConfig`). A field's default, type, ``help`` and
-``group`` metadata become the flag; nothing about a flag is written twice.
+``group`` metadata become the flag (:func:`ppo_lstm.config_file.add_field_flag`);
+nothing about a flag is written twice.
 
 A field marked ``launch`` describes this invocation (where to write, how many
 workers, which port); every other field is a setting of the run, which
@@ -13,7 +14,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import sys
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,8 +22,9 @@ from typing import Any, Optional, Union
 from envs.config import EnvConfig
 
 from .rundir.checkpoint import RUN_CONFIG_NAME, atomic_write_bytes
-from .config_file import ParsedArgs, add_config_options, dump_settings, parse_args
-from .errors import UsageError
+from .config_file import (DefaultsHelpFormatter, ParsedArgs, add_config_options, add_field_flag, dump_settings,
+                          flag_name, parse_args)
+from .errors import OneLineParser, UsageError
 
 RUN, PPO, MODEL, DIST, ENV = "run", "PPO", "model", "distributed", "environment"
 GROUP_TITLES = {
@@ -147,54 +148,13 @@ class TrainConfig:
         return cls(env=env, **fields)
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def _base_type(hint: Any) -> type:
-    """``Optional[int]`` -> int, ``float`` -> float."""
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    return args[0] if args else hint
-
-
-def _add_field(group: Any, f: dataclasses.Field, hint: Any, dest: str) -> None:
-    """Add one dataclass field (type ``hint``) to an argparse group as ``--field-name``."""
-    meta = f.metadata
-    kind = _base_type(hint)
-    kwargs: dict[str, Any] = {"dest": dest, "default": f.default, "help": meta["help"]}
-    if kind is bool:
-        kwargs["action"] = argparse.BooleanOptionalAction if f.default else "store_true"
-    elif "choices" in meta:
-        kwargs.update(type=kind, choices=meta["choices"])
-    else:
-        kwargs.update(type=kind, metavar=meta.get("metavar", f.name.upper()))
-    if "nargs" in meta:
-        kwargs["nargs"] = meta["nargs"]
-    group.add_argument(_flag(f.name), *meta.get("aliases", ()), **kwargs)
-
-
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows each flag's default, except ``None``: those help texts say what None means."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        return action.help if action.default is None else super()._get_help_string(action)
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a bad flag in one line (plus a pointer to --help), exit 2."""
-
-    def error(self, message: str) -> typing.NoReturn:
-        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
-        sys.exit(2)
-
-
 def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     """The CLI parser, generated from :class:`TrainConfig` and its nested :class:`EnvConfig`,
     with ``--config FILE`` and ``--print-config`` (see :mod:`ppo_lstm.config_file`)."""
-    parser = _OneLineParser(
+    parser = OneLineParser(
         prog=prog,
         description="Train a recurrent (LSTM) PPO agent to trade, on one device or many.",
-        formatter_class=_HelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     add_config_options(parser)
     groups = {key: parser.add_argument_group(title) for key, title in GROUP_TITLES.items()}
@@ -202,9 +162,9 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     for f in dataclasses.fields(TrainConfig):
         if f.name == "env":
             for env_field in dataclasses.fields(EnvConfig):
-                _add_field(groups[ENV], env_field, env_hints[env_field.name], "env." + env_field.name)
+                add_field_flag(groups[ENV], env_field, env_hints[env_field.name], "env." + env_field.name)
         else:
-            _add_field(groups[f.metadata["group"]], f, hints[f.name], f.name)
+            add_field_flag(groups[f.metadata["group"]], f, hints[f.name], f.name)
     return parser
 
 
@@ -292,7 +252,7 @@ def resumed_config(config: TrainConfig, given: frozenset[str],
         target = merged.env if name.startswith("env.") else merged
         old = getattr(target, f.name)
         if not f.metadata.get("launch") and old != value:
-            changes.append(f"{_flag(f.name)} {_show(old)} -> {_show(value)}")
+            changes.append(f"{flag_name(f.name)} {_show(old)} -> {_show(value)}")
         setattr(target, f.name, value)
     return merged, changes
 
@@ -308,7 +268,7 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
     for name in positive:
         value = getattr(config, name)
         if value is not None and value < 1:
-            raise UsageError(f"{_flag(name)} must be a positive count, got {value}")
+            raise UsageError(f"{flag_name(name)} must be a positive count, got {value}")
     if config.num_workers is not None and config.num_workers < 1:
         raise UsageError(f"--num-workers/--num-gpus must be at least 1, got {config.num_workers}")
     if config.threads is not None and config.threads < 1:
@@ -316,15 +276,15 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
     for name in ("clip", "max_grad_norm", "dist_timeout"):
         value = getattr(config, name)
         if not value > 0:
-            raise UsageError(f"{_flag(name)} must be > 0, got {value}")
+            raise UsageError(f"{flag_name(name)} must be > 0, got {value}")
     for name in ("learning_rate_actor", "learning_rate_critic"):
         value = getattr(config, name)
         if not 0 < value <= MAX_LEARNING_RATE:
-            raise UsageError(f"{_flag(name)} must be within (0, {MAX_LEARNING_RATE:g}], got {value:g}")
+            raise UsageError(f"{flag_name(name)} must be within (0, {MAX_LEARNING_RATE:g}], got {value:g}")
     for name in ("gamma", "gae_lambda"):
         value = getattr(config, name)
         if not 0.0 <= value <= 1.0:
-            raise UsageError(f"{_flag(name)} must be within [0, 1], got {value}")
+            raise UsageError(f"{flag_name(name)} must be within [0, 1], got {value}")
     if not 0.0 <= config.cost_warmup <= 1.0:
         raise UsageError(f"--cost-warmup must be within [0, 1], got {config.cost_warmup}")
     if config.target_kl is not None and not config.target_kl > 0:
@@ -339,7 +299,7 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
     if config.data is None:
         for name in ("data_start", "data_end"):
             if getattr(config, name) is not None:
-                raise UsageError(f"{_flag(name)} selects bars of --data; pass --data too")
+                raise UsageError(f"{flag_name(name)} selects bars of --data; pass --data too")
         if config.env.features:
             raise UsageError(f"--features {config.env.features} names columns of --data, and a simulated market has "
                              f"no feature columns; pass --data too, or drop --features")

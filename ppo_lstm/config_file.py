@@ -13,16 +13,21 @@ problem with the file raises :class:`UsageError` with one line naming the file, 
 the key and line where they are known. YAML is read with ``yaml.safe_load`` (nothing
 in a file is executed); TOML with :mod:`tomllib` (``tomli`` on Python 3.10).
 
+:func:`add_field_flag` makes a dataclass field a flag (its default, type and ``help``
+metadata), so a configuration dataclass is the one place each flag is written.
+
 The parser's option table (``_actions``, ``_action_groups``) is read here, as argparse
 offers no public way to list a parser's options.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import difflib
 import re
 import sys
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -79,6 +84,42 @@ class ParsedArgs:
         changes = [f"{self.file.flags[dest]} {show(self.file.values[dest])} -> "
                    f"{show(getattr(self.namespace, dest))}" for dest in self.overridden]
         return line + "; the command line overrode " + ", ".join(changes)
+
+
+def flag_name(name: str) -> str:
+    """A field's flag: ``num_envs`` -> ``--num-envs``."""
+    return "--" + name.replace("_", "-")
+
+
+def _base_type(hint: Any) -> type:
+    """``Optional[int]`` -> int, ``float`` -> float."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if args else hint
+
+
+def add_field_flag(group: Any, f: dataclasses.Field, hint: Any, dest: str) -> None:
+    """Add one dataclass field (type ``hint``) to an argparse group as ``--field-name``, from
+    its default and its ``help`` (and optional ``choices``, ``metavar``, ``nargs``,
+    ``aliases``) metadata. A bool is a switch (``--no-x`` too when it defaults to true)."""
+    meta = f.metadata
+    kind = _base_type(hint)
+    kwargs: dict[str, Any] = {"dest": dest, "default": f.default, "help": meta["help"]}
+    if kind is bool:
+        kwargs["action"] = argparse.BooleanOptionalAction if f.default else "store_true"
+    elif "choices" in meta:
+        kwargs.update(type=kind, choices=meta["choices"])
+    else:
+        kwargs.update(type=kind, metavar=meta.get("metavar", f.name.upper()))
+    if "nargs" in meta:
+        kwargs["nargs"] = meta["nargs"]
+    group.add_argument(flag_name(f.name), *meta.get("aliases", ()), **kwargs)
+
+
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each flag's default, except ``None``: those help texts say what None means."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        return action.help if action.default is None else super()._get_help_string(action)
 
 
 def add_config_options(parser: argparse.ArgumentParser) -> None:

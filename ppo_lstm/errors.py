@@ -1,8 +1,12 @@
 """Errors that end the program: one line on stderr, exit code 2 for bad input, 1 when
-training cannot go on."""
+training cannot go on; and the argparse parser every command line uses, which reports a
+bad flag the same way."""
 from __future__ import annotations
 
+import argparse
 import re
+import sys
+from typing import NoReturn
 
 
 class UsageError(Exception):
@@ -34,3 +38,12 @@ def one_line(err: BaseException, limit: int = 240, first_line: bool = False) -> 
 EXIT_USAGE = 2
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """The parser of every command line: a bad flag is one line on stderr (with a pointer to
+    --help), exit code :data:`EXIT_USAGE`."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        sys.exit(EXIT_USAGE)

@@ -17,14 +17,14 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import Optional
 
 import torch
 from torch import Tensor, nn
 
 from ..algo.agent import RecurrentActorCritic
 from ..config import TrainConfig
-from ..errors import EXIT_USAGE, UsageError, one_line
+from ..errors import EXIT_USAGE, OneLineParser, UsageError, one_line
 from .onnx_model import INPUTS, OUTPUTS, metadata
 from .policy import checkpoint_fingerprint
 
@@ -89,20 +89,12 @@ def export_onnx(agent: RecurrentActorCritic, config: TrainConfig, path: str | os
 # ----------------------------------------------------------------------------- the command line
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line (and a pointer to --help), exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
-        sys.exit(EXIT_USAGE)
-
-
 def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
-    parser = _Parser(prog=prog or "python -m ppo_lstm.deploy.export_onnx",
-                     description="Export a checkpoint's recurrent policy step to ONNX: (observation, h, c) -> "
-                                 "(logits, value, h', c'), with the metadata needed to build observations.",
-                     epilog="Run it with: predict-ppo-lstm --model FILE --data prices.csv. Bad input: one 'error:' "
-                            "line on stderr, exit code 2.")
+    parser = OneLineParser(prog=prog or "python -m ppo_lstm.deploy.export_onnx",
+                           description="Export a checkpoint's recurrent policy step to ONNX: (observation, h, c) -> "
+                                       "(logits, value, h', c'), with the metadata needed to build observations.",
+                           epilog="Run it with: predict-ppo-lstm --model FILE --data prices.csv. Bad input: one "
+                                  "'error:' line on stderr, exit code 2.")
     parser.add_argument("--checkpoint", required=True, type=Path, metavar="PATH",
                         help="a .pt file, or a checkpoint dir (its best.pt, else the checkpoint 'latest' names)")
     parser.add_argument("--onnx", required=True, type=Path, metavar="FILE", help="the .onnx file to write")

@@ -23,24 +23,16 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import Optional
 
 from envs.data import DataError, date_span
 
-from ..errors import EXIT_USAGE, UsageError, one_line
+from ..errors import EXIT_USAGE, OneLineParser, UsageError, one_line
 from .policy import Decision, TradingPolicy, as_market_data, parse_start
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line (and a pointer to --help), exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
-        sys.exit(EXIT_USAGE)
-
-
 def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog=prog or "python -m ppo_lstm.predict",
         description="Print a trained policy's decision for the bar after the data file's last bar: the target "
                     "position in signed lots (traded at that bar's open), the action probabilities and the value.",

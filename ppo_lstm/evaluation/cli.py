@@ -20,7 +20,7 @@ import sys
 import zipfile
 from dataclasses import replace
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import Optional
 
 import numpy as np
 import torch
@@ -37,7 +37,7 @@ from ..config import TrainConfig
 from ..config_file import add_config_options, dump_settings, parse_args
 from ..distributed.cuda import configure_numerics
 from ..distributed.devices import resolve_device
-from ..errors import EXIT_USAGE, UsageError, one_line
+from ..errors import EXIT_USAGE, OneLineParser, UsageError, one_line
 from ..algo.episodes import EpisodeTotals, episode_records
 from .report import (format_instruments_table, format_table, instruments_dict, plot, report_dict, write_equity_csv,
                      write_instruments_csv)
@@ -80,16 +80,8 @@ def evaluate(agent: RecurrentActorCritic, env_config: EnvConfig, seeds: list[int
 # ----------------------------------------------------------------------------- the command line
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line (and a pointer to --help), exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
-        sys.exit(EXIT_USAGE)
-
-
 def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog=prog or "python -m ppo_lstm.evaluate",
         description="Backtest a trained checkpoint beside buy-and-hold (same bars, costs and lot size): on a "
                     "data file as one continuous episode, or on the checkpoint's simulated market.",

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import pandas as pd
 
-from ..errors import EXIT_USAGE, UsageError, one_line
+from ..errors import EXIT_USAGE, OneLineParser, UsageError, one_line
 from .plots import import_pyplot, save_png
 
 X_COLUMN = "episodes"
@@ -37,8 +37,8 @@ FIGSIZE = (11.0, 10.0)  # inches: 1100 x 1000 px at DPI
 
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m ppo_lstm.plot_training",
-                                     description="Plot a training run's metrics.csv (one row per PPO update).")
+    parser = OneLineParser(prog="python -m ppo_lstm.plot_training",
+                           description="Plot a training run's metrics.csv (one row per PPO update).")
     parser.add_argument("--checkpoint-dir", required=True, type=Path,
                         help="the run's checkpoint directory, holding metrics.csv")
     parser.add_argument("--out", type=Path, default=None,

@@ -20,30 +20,29 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
-from torch import Tensor
 
 from envs.data import MarketData
 
 from .agreement import exchange
 from .build import build_agent, build_optimizer, check_model_matches
 from ..algo.buffer import RolloutBatch
-from ..rundir.checkpoint import BEST_NAME, CheckpointDir
-from ..config import TrainConfig, describe_batch, learning_rates, steps_per_env, update_batch
-from ..distributed import Worker, episode_share, parameters_in_sync, trades_history
+from ..rundir.checkpoint import CheckpointDir
+from ..config import TrainConfig, learning_rates, steps_per_env, update_batch
+from ..distributed import Worker, parameters_in_sync, trades_history
 from ..distributed.cuda import require_bf16
-from ..errors import TrainingError, one_line
+from ..errors import one_line
+from .guard import UpdateGuard, outputs_finite
 from .holdout import DataSplit, Holdout, HoldoutResult, holdout_columns, holdout_line, holdout_score, load_training_data
+from .messages import metrics_row, startup_lines, summary_lines
 from ..algo.episodes import EpisodeTotals
 from ..rundir.logger import NullLogger, RunLogger, format_episode_line
-from ..algo.agent import sequence_boundaries
 from ..algo.ppo import PPOSettings, UpdateStats, ppo_update
-from ..algo.rollout import NON_FINITE_ADVICE, RolloutCollector
+from ..algo.rollout import RolloutCollector
 from .run_state import RunState, capture_rank_state, restore_rank_state
 from ..algo.seeding import derive_seed
 from .shutdown import StopRequest
 from .timing import PhaseClock, peak_rss_mb
 
-MAX_BAD_UPDATES = 3
 # Debug/test hook: when set to a directory, every rank saves its final model and optimizer
 # state there as rank<r>_final.pt after training finishes (to check ranks end bitwise equal).
 DUMP_FINAL_VARIABLE = "PPO_LSTM_DUMP_FINAL_DIR"
@@ -65,9 +64,6 @@ class Trainer:
             require_bf16(self.device)
         self.total_updates_estimate = max(1, math.ceil(config.episodes * config.env.episode_length
                                                        / update_batch(config, self.world_size)))
-        self.bad_updates = 0
-        self.last_update_bad = False  # this rank judged its last update non-finite (told at the next exchange)
-        self.undo: Optional[tuple[list[Tensor], dict]] = None  # the weights before an update not yet agreed on
         self.clock = PhaseClock()
 
         torch.manual_seed(config.seed)  # identical initial weights on every rank
@@ -102,6 +98,7 @@ class Trainer:
                 extra_columns=self.holdout.extra_columns() if self.holdout is not None else ())
         else:
             self.log = NullLogger()
+        self.guard = UpdateGuard(self.agent, self.optimizer, self.world_size, self.log)  # undoes non-finite updates
 
     def _market_data(self) -> tuple[Optional[list[MarketData]], Optional[list[DataSplit]]]:
         """Rank 0 (every rank with --data-all-ranks or --features) trades --data's training bars,
@@ -168,10 +165,10 @@ class Trainer:
                 with clock("gather"):  # the iteration's one collective
                     batch, agreed = exchange(self.comm, local, records, s.rank_done, self.stop.signum or 0,
                                              seconds or time.perf_counter() - tic, capacity,
-                                             self.last_update_bad)  # [T, N*W]
+                                             self.guard.last_update_bad)  # [T, N*W]
                 with clock("update"):
                     if self.world_size > 1:
-                        self._agree_on_previous_update(agreed.bad_update_ranks)
+                        self.guard.agree(s.update, agreed.bad_update_ranks)
                     stats, skipped = self._update(batch)
                 seconds = time.perf_counter() - tic
                 finished = agreed.finished
@@ -181,8 +178,8 @@ class Trainer:
                 with clock("hold-out"):
                     holdout = self._run_holdout() if due and not agreed.signum else None  # rank 0's only
                 with clock("logging"):
-                    self._log_metrics(update_totals, stats, skipped, agreed.rank_sps, time.perf_counter() - start,
-                                      holdout)
+                    self.log.metrics(metrics_row(s, stats, skipped, self.optimizer, agreed.rank_sps,
+                                                 time.perf_counter() - start, update_totals, holdout))
                 if due:
                     with clock("checkpoints"):
                         self._checkpoint(holdout)
@@ -202,7 +199,7 @@ class Trainer:
             if self.rank == 0:
                 self.log.line(f"Time by phase (rank 0): {clock.shares() if clock.seconds else 'no update run'}")
                 self.log.line(f"Peak memory per worker: {' / '.join(f'{p:.0f}' for p in peaks)} MiB")
-                for line in self._summary():
+                for line in summary_lines(c, self.checkpoints.latest(), self.holdout, s.best_holdout):
                     self.log.line(line)
             return 0
         finally:
@@ -210,28 +207,10 @@ class Trainer:
 
     def _announce(self) -> None:
         """The log header and start-up lines: the batch split, where a resume started, the notes."""
-        c, s = self.config, self.state
-        self.log.header(c.to_dict(), self.world_size)
-        shares = sorted({episode_share(c.episodes, r, self.world_size) for r in range(self.world_size)}, reverse=True)
-        self.log.line(f"{describe_batch(c, self.world_size)}; episodes per worker: {' / '.join(map(str, shares))}")
-        if self.resumed_from is not None:
-            self.log.line(f"Resumed from {self.resumed_from} at episode {s.global_episodes}/{c.episodes} "
-                          f"(update {s.update}); {max(0, c.episodes - s.global_episodes)} episodes left")
-        if c.cost_warmup > 0 and (c.env.fee_bps or c.env.slippage_bps):
-            self.log.line(f"Costs: fee {c.env.fee_bps:g} bps and slippage {c.env.slippage_bps:g} bps, ramped up "
-                          f"from 0 over the first {math.ceil(c.cost_warmup * c.episodes)} episodes (--cost-warmup "
-                          f"{c.cost_warmup:g}), so earlier episode lines are at lower costs; the hold-out always "
-                          f"pays full costs")
-        if c.env.features and c.data is not None and self.world_size > 1 and not c.data_all_ranks:
-            self.log.line(f"Markets: every worker trades --data, since --features {c.env.features} reads its columns "
-                          f"and a simulated market has none")
-        if self.holdout is not None:
-            self.log.line(self.holdout.describe())
-        elif self.rank == 0:
-            self.log.line("Hold-out: none (--holdout 0 or --holdout-episodes 0); best.pt is the checkpoint whose "
-                          "period had the best mean training return")
-        for note in self.notes:
-            self.log.line(note)
+        self.log.header(self.config.to_dict(), self.world_size)
+        for line in startup_lines(self.config, self.world_size, self.rank, self.state, self.resumed_from,
+                                  self.holdout, self.notes):
+            self.log.line(line)
 
     def _ramp_costs(self) -> None:
         """--cost-warmup: this rollout's fee and slippage, a linear ramp over the run's first episodes."""
@@ -242,65 +221,22 @@ class Trainer:
 
     def _update(self, batch: RolloutBatch) -> tuple[UpdateStats, bool]:
         """One PPO update on the combined ``batch`` ``[T, N*W]``; one that gives non-finite
-        losses, weights or outputs is undone here at once (weights and optimizer).
-
-        The statistics and this verdict reach the host in one copy. On one worker the
-        verdict is final: it is counted at once. On several, ranks that are not bitwise
-        equal (GPU kernels) could judge differently, so the verdict travels with the next
-        exchange and :meth:`_agree_on_previous_update` makes every rank act on it alike."""
+        losses, weights or outputs is undone at once (:class:`UpdateGuard`). The statistics
+        and this verdict reach the host in one copy. Returns them and whether it was skipped."""
         c = self.config
         if c.anneal_lr:
             frac = max(0.0, 1.0 - self.state.update / self.total_updates_estimate)
             for group, lr in zip(self.optimizer.param_groups, self.learning_rates):
                 group["lr"] = frac * lr
-        snapshot = _snapshot(self.agent, self.optimizer)
+        snapshot = self.guard.snapshot()
         starts_on_host = batch.episode_starts.cpu()  # [T, N*W]: the update's one device -> host copy before the end
         pending = ppo_update(self.agent, self.optimizer, batch, self.settings, self.permutation_generator, self.comm,
                              starts_on_host)
-        with torch.no_grad():  # huge but finite weights can still give inf/nan outputs (and crash the next rollout)
-            params = torch.cat([p.detach().reshape(-1) for p in self.agent.parameters()])
-            logits, values, _ = self.agent(batch.obs, (batch.initial_h, batch.initial_c), batch.episode_starts,
-                                           sequence_boundaries(starts_on_host))
-            outputs_ok = torch.isfinite(params).all() & torch.isfinite(logits).all() & torch.isfinite(values).all()
+        outputs_ok = outputs_finite(self.agent, batch, starts_on_host)
         row = torch.cat([pending.row, outputs_ok.float().view(1)]).tolist()  # stats and verdict in one copy
         stats = UpdateStats.from_row(row[:-1], pending.epochs_run)
-        ok = stats.finite and bool(row[-1])
         self.state.update += 1
-        self.undo = None
-        self.last_update_bad = not ok
-        if ok:
-            if self.world_size == 1:
-                self.bad_updates = 0
-            else:
-                self.undo = snapshot  # kept until every rank has agreed on this update
-            return stats, False
-        _restore_snapshot(self.agent, self.optimizer, snapshot)
-        if self.world_size == 1:
-            self._count_bad_update(self.state.update, "")
-        return stats, True
-
-    def _agree_on_previous_update(self, bad_ranks: list[int]) -> None:
-        """Act alike on every rank on the verdicts about the previous update that the exchange
-        brought: if any rank found it non-finite, the ranks that kept it undo it too, and
-        every rank counts it (several in a row end the job on every rank)."""
-        if not bad_ranks:
-            self.bad_updates = 0
-        else:
-            if self.undo is not None:
-                _restore_snapshot(self.agent, self.optimizer, self.undo)
-            self._count_bad_update(self.state.update, f" on rank{'s' if len(bad_ranks) > 1 else ''} "
-                                                      f"{', '.join(map(str, bad_ranks))}")
-        self.undo = None
-        self.last_update_bad = False
-
-    def _count_bad_update(self, update: int, where: str) -> None:
-        """Warn about non-finite update ``update`` (found ``where``), undone on every rank; end training after
-        :data:`MAX_BAD_UPDATES` in a row."""
-        self.bad_updates += 1
-        self.log.line(f"warning: update {update} gave non-finite losses or parameters{where}; skipped "
-                      f"({self.bad_updates} in a row)", to_log=True)
-        if self.bad_updates >= MAX_BAD_UPDATES:
-            raise TrainingError(f"{MAX_BAD_UPDATES} updates in a row were non-finite; {NON_FINITE_ADVICE}")
+        return stats, self.guard.judge(self.state.update, stats.finite and bool(row[-1]), snapshot)
 
     def _log_episodes(self, records: list[list[float]]) -> EpisodeTotals:
         """Count every rank's episodes of this update; print the episode lines due (each
@@ -320,23 +256,6 @@ class Trainer:
         result = self.holdout.run(self.agent, self.device)
         self.log.line(holdout_line(self.state.global_episodes, result))
         return result
-
-    def _log_metrics(self, update_totals: EpisodeTotals, stats: UpdateStats, skipped: bool, rank_sps: list[float],
-                     wall: float, holdout: Optional[HoldoutResult]) -> None:
-        """The update's metrics.csv row, with the hold-out's figures on a checkpoint's row."""
-        s = self.state
-        self.log.metrics({
-            "update": s.update, "episodes": s.global_episodes, "env_steps": s.env_steps,
-            "wall_time_s": round(wall, 3), "policy_loss": stats.policy_loss, "value_loss": stats.value_loss,
-            "entropy": stats.entropy, "approx_kl": stats.approx_kl, "clip_fraction": stats.clip_fraction,
-            "explained_variance": stats.explained_variance, "epochs_run": stats.epochs_run,
-            "lr_actor": self.optimizer.param_groups[0]["lr"], "lr_critic": self.optimizer.param_groups[1]["lr"],
-            "skipped": int(skipped), "sps_global": round(sum(rank_sps), 1),
-            "sps_per_rank": ";".join(f"{x:.1f}" for x in rank_sps),
-            "episodes_finished": int(update_totals.episodes),
-            **(update_totals.means() if update_totals.episodes else {}),
-            **(holdout_columns(holdout) if holdout is not None else {}),
-        })
 
     def _checkpoint(self, holdout: Optional[HoldoutResult]) -> None:
         """Gather every rank's state to all ranks; rank 0 writes the checkpoint atomically.
@@ -360,43 +279,3 @@ class Trainer:
         checkpoint = s.checkpoint(self.config, self.world_size, self.agent, self.optimizer,
                                   self.permutation_generator, ranks, score)
         self.checkpoints.save(checkpoint, s.update, is_best)
-
-    def _summary(self) -> list[str]:
-        """Rank 0's end-of-run lines: where best.pt and the last checkpoint are, the best
-        hold-out figures and the evaluate command that reproduces them."""
-        run_dir = Path(self.config.checkpoint_dir)
-        best, last = run_dir / BEST_NAME, self.checkpoints.latest()
-        lines = [f"Last checkpoint: {last}"]
-        if not best.is_file():
-            return lines + ["No best.pt: no checkpoint period finished an episode"]
-        if self.holdout is None:
-            data = f" --data {self.config.data}" if self.config.data else ""
-            return lines + [f"Best checkpoint: {best} (best mean training return of a checkpoint period; no "
-                            f"hold-out, so this is in-sample)",
-                            f"Evaluate it: evaluate-ppo-lstm --checkpoint {best}{data}"]
-        held = self.state.best_holdout
-        figures = f": {held['line']}" if held else ""
-        commands = self.holdout.evaluate_commands(str(best))
-        if len(commands) == 1:
-            return lines + [f"Best checkpoint: {best} (best hold-out return){figures}",
-                            f"Reproduce it: {commands[0]}"]
-        return lines + [f"Best checkpoint: {best} (best mean hold-out return){figures}",
-                        *(f"Reproduce instrument {i + 1}: {c}" for i, c in enumerate(commands))]
-
-
-def _snapshot(agent: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[list[Tensor], dict]:
-    """Copies of the parameters and the optimizer's per-parameter tensors (cheaper than deepcopy)."""
-    params = [p.detach().clone() for p in agent.parameters()]
-    state = {p: {k: v.clone() if torch.is_tensor(v) else v for k, v in s.items()} for p, s in optimizer.state.items()}
-    return params, state
-
-
-def _restore_snapshot(agent: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                      snapshot: tuple[list[Tensor], dict]) -> None:
-    """Undo an update: parameters and optimizer state back to :func:`_snapshot`'s copies."""
-    params, state = snapshot
-    with torch.no_grad():
-        for p, saved in zip(agent.parameters(), params):
-            p.copy_(saved)
-    optimizer.state.clear()
-    optimizer.state.update(state)

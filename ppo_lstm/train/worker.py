@@ -6,20 +6,18 @@ stops every rank with exit 2 instead of leaving the others waiting in a collecti
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from ..rundir.checkpoint import CheckpointDir, CheckpointError
+from ..rundir.checkpoint import CheckpointError
 from ..rundir.lock import RunLock
 from ..config import TrainConfig, resumed_config, save_run_config, validate
 from ..distributed import Worker, WorkerFailed
 from ..errors import EXIT_USAGE, TrainingError, UsageError
+from .run_dir import claim_run_dir, find_resume, lock_run
 from .shutdown import StopRequest
 from .trainer import Trainer
-
-LOCK_HELD_VARIABLE = "PPO_LSTM_LOCK_HELD"  # set by a launcher that holds the run lock itself
 
 
 def train_worker(config: TrainConfig, worker: Worker, given: frozenset[str] = frozenset(),
@@ -47,10 +45,10 @@ def train_worker(config: TrainConfig, worker: Worker, given: frozenset[str] = fr
     failure = ""
     if comm.rank == 0:  # step 1: rank 0 alone locks the run dir, then resumes or claims it
         try:
-            lock = _lock_run(config)
-            found = _find_resume(config)
+            lock = lock_run(config)
+            found = find_resume(config)
             if found is None:
-                lines += _claim_run_dir(config)
+                lines += claim_run_dir(config)
         except (UsageError, CheckpointError) as err:
             failure = str(err)
     failure, found, lines = comm.gather_objects((failure, found, lines))[0]
@@ -80,34 +78,3 @@ def train_worker(config: TrainConfig, worker: Worker, given: frozenset[str] = fr
     finally:
         if lock is not None:
             lock.release()
-
-
-def _lock_run(config: TrainConfig) -> Optional[RunLock]:
-    """Lock the checkpoint dir, unless the launching process already holds the lock."""
-    if os.environ.get(LOCK_HELD_VARIABLE) == "1":
-        return None
-    lock = RunLock(config.checkpoint_dir)
-    lock.acquire()
-    return lock
-
-
-def _claim_run_dir(config: TrainConfig) -> list[str]:
-    """A fresh run's claim on --checkpoint-dir: refused if it holds a run, unless --overwrite,
-    which moves that run aside. Returns the start-up notes (what was moved where)."""
-    directory = CheckpointDir(config.checkpoint_dir)
-    if not config.overwrite:
-        directory.refuse_if_taken()
-        return []
-    held = directory.describe_run()
-    moved = directory.move_aside()
-    return [f"--overwrite: moved {held[0]} into {moved}/"] if held is not None and moved is not None else []
-
-
-def _find_resume(config: TrainConfig) -> Optional[tuple[str, dict[str, Any]]]:
-    """With --resume, the newest valid checkpoint (path, state); warns about skipped files."""
-    if not config.resume:
-        return None
-    path, state, skipped = CheckpointDir(config.checkpoint_dir).load_newest_valid()
-    for line in skipped:
-        print(f"warning: {line}; falling back to an older checkpoint", file=sys.stderr)
-    return str(path), state

@@ -360,7 +360,8 @@ def test_poisoned_batch_update_is_undone(tmp_path, monkeypatch):
     from ppo_lstm.config import config_from_args
     from ppo_lstm.distributed import LocalComm, Worker
     from ppo_lstm.train.shutdown import StopRequest
-    from ppo_lstm.train.trainer import Trainer, TrainingError
+    from ppo_lstm.errors import TrainingError
+    from ppo_lstm.train.trainer import Trainer
 
     monkeypatch.chdir(tmp_path)
     config = config_from_args([*TINY, "--episodes", "8"])
@@ -373,7 +374,7 @@ def test_poisoned_batch_update_is_undone(tmp_path, monkeypatch):
         before = {k: v.clone() for k, v in trainer.agent.state_dict().items()}
         for k in (1, 2):
             _, skipped = trainer._update(batch)
-            assert skipped and trainer.bad_updates == k
+            assert skipped and trainer.guard.bad_updates == k
             assert_models_equal(before, trainer.agent.state_dict())
             assert not trainer.optimizer.state  # Adam never stepped
         with pytest.raises(TrainingError, match="3 updates in a row were non-finite"):

@@ -1,0 +1,85 @@
+"""What a training run tells its user: the start-up lines, each update's metrics.csv row
+and rank 0's end-of-run summary (where best.pt is and the command that evaluates it)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from ..algo.episodes import EpisodeTotals
+from ..algo.ppo import UpdateStats
+from ..config import TrainConfig, describe_batch
+from ..distributed import episode_share
+from ..rundir.checkpoint import BEST_NAME
+from .holdout import Holdout, HoldoutResult, holdout_columns
+from .run_state import RunState
+
+
+def startup_lines(config: TrainConfig, world_size: int, rank: int, state: RunState, resumed_from: Optional[Path],
+                  holdout: Optional[Holdout], notes: list[str]) -> list[str]:
+    """The lines after the log header: the batch split, where a resume started, the costs'
+    ramp, which workers trade --data, the hold-out, then the ``notes``."""
+    c, s = config, state
+    shares = sorted({episode_share(c.episodes, r, world_size) for r in range(world_size)}, reverse=True)
+    lines = [f"{describe_batch(c, world_size)}; episodes per worker: {' / '.join(map(str, shares))}"]
+    if resumed_from is not None:
+        lines.append(f"Resumed from {resumed_from} at episode {s.global_episodes}/{c.episodes} "
+                     f"(update {s.update}); {max(0, c.episodes - s.global_episodes)} episodes left")
+    if c.cost_warmup > 0 and (c.env.fee_bps or c.env.slippage_bps):
+        lines.append(f"Costs: fee {c.env.fee_bps:g} bps and slippage {c.env.slippage_bps:g} bps, ramped up "
+                     f"from 0 over the first {math.ceil(c.cost_warmup * c.episodes)} episodes (--cost-warmup "
+                     f"{c.cost_warmup:g}), so earlier episode lines are at lower costs; the hold-out always "
+                     f"pays full costs")
+    if c.env.features and c.data is not None and world_size > 1 and not c.data_all_ranks:
+        lines.append(f"Markets: every worker trades --data, since --features {c.env.features} reads its columns "
+                     f"and a simulated market has none")
+    if holdout is not None:
+        lines.append(holdout.describe())
+    elif rank == 0:
+        lines.append("Hold-out: none (--holdout 0 or --holdout-episodes 0); best.pt is the checkpoint whose "
+                     "period had the best mean training return")
+    return lines + notes
+
+
+def metrics_row(state: RunState, stats: UpdateStats, skipped: bool, optimizer: torch.optim.Optimizer,
+                rank_sps: list[float], wall: float, update_totals: EpisodeTotals,
+                holdout: Optional[HoldoutResult]) -> dict[str, Any]:
+    """The update's metrics.csv row (its columns in order), with the hold-out's figures on a
+    checkpoint's row."""
+    s = state
+    return {
+        "update": s.update, "episodes": s.global_episodes, "env_steps": s.env_steps,
+        "wall_time_s": round(wall, 3), "policy_loss": stats.policy_loss, "value_loss": stats.value_loss,
+        "entropy": stats.entropy, "approx_kl": stats.approx_kl, "clip_fraction": stats.clip_fraction,
+        "explained_variance": stats.explained_variance, "epochs_run": stats.epochs_run,
+        "lr_actor": optimizer.param_groups[0]["lr"], "lr_critic": optimizer.param_groups[1]["lr"],
+        "skipped": int(skipped), "sps_global": round(sum(rank_sps), 1),
+        "sps_per_rank": ";".join(f"{x:.1f}" for x in rank_sps),
+        "episodes_finished": int(update_totals.episodes),
+        **(update_totals.means() if update_totals.episodes else {}),
+        **(holdout_columns(holdout) if holdout is not None else {}),
+    }
+
+
+def summary_lines(config: TrainConfig, last: Optional[Path], holdout: Optional[Holdout],
+                  best_holdout: Optional[dict[str, Any]]) -> list[str]:
+    """Rank 0's end-of-run lines: where best.pt and the ``last`` checkpoint are, the best
+    hold-out figures (``best_holdout``) and the evaluate command that reproduces them."""
+    best = Path(config.checkpoint_dir) / BEST_NAME
+    lines = [f"Last checkpoint: {last}"]
+    if not best.is_file():
+        return lines + ["No best.pt: no checkpoint period finished an episode"]
+    if holdout is None:
+        data = f" --data {config.data}" if config.data else ""
+        return lines + [f"Best checkpoint: {best} (best mean training return of a checkpoint period; no "
+                        f"hold-out, so this is in-sample)",
+                        f"Evaluate it: evaluate-ppo-lstm --checkpoint {best}{data}"]
+    figures = f": {best_holdout['line']}" if best_holdout else ""
+    commands = holdout.evaluate_commands(str(best))
+    if len(commands) == 1:
+        return lines + [f"Best checkpoint: {best} (best hold-out return){figures}",
+                        f"Reproduce it: {commands[0]}"]
+    return lines + [f"Best checkpoint: {best} (best mean hold-out return){figures}",
+                    *(f"Reproduce instrument {i + 1}: {c}" for i, c in enumerate(commands))]
