@@ -137,8 +137,9 @@ def parse_args(parser: argparse.ArgumentParser, argv: Optional[list[str]] = None
     ``--config`` file it names. Bad flags end as argparse ends them; a bad file raises
     :class:`UsageError`. ``parser``'s defaults become the file's values."""
     required = [action for action in parser._actions if action.required]
-    for action in required:  # the file may give them: argparse checks them on the second pass
-        action.required = False
+    groups = [group for group in parser._mutually_exclusive_groups if group.required]
+    for item in [*required, *groups]:  # the file may give them: argparse checks them on the second pass
+        item.required = False
     dests = {action.dest for action in parser._actions if action.dest != argparse.SUPPRESS}
     command_line = vars(parser.parse_args(argv, argparse.Namespace(**dict.fromkeys(dests, _UNSET))))
     from_command_line = {dest for dest, value in command_line.items() if value is not _UNSET}
@@ -148,7 +149,15 @@ def parse_args(parser: argparse.ArgumentParser, argv: Optional[list[str]] = None
         parser.set_defaults(**file.values)
     for action in required:
         action.required = file is None or action.dest not in file.values
+    for group in groups:
+        group.required = file is None or not any(a.dest in file.values for a in group._group_actions)
     values = vars(parser.parse_args(argv))
+    for group in parser._mutually_exclusive_groups:  # one of a group on the command line replaces the file's
+        dests = {a.dest for a in group._group_actions}
+        if dests & from_command_line and file is not None:
+            for action in group._group_actions:
+                if action.dest in file.values and action.dest not in from_command_line:
+                    values[action.dest] = None if action.nargs != 0 else False
     print_config = bool(values.pop(PRINT_DEST, False))
     values.pop(CONFIG_DEST, None)
     from_command_line -= {CONFIG_DEST, PRINT_DEST}

@@ -27,6 +27,7 @@ from typing import Optional
 
 from envs.data import DataError, date_span
 
+from ..config_file import add_config_options, dump_settings, parse_args
 from ..errors import EXIT_USAGE, OneLineParser, UsageError, one_line
 from .policy import Decision, TradingPolicy, as_market_data, parse_start
 
@@ -38,6 +39,7 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
                     "position in signed lots (traded at that bar's open), the action probabilities and the value.",
         epilog="The decisions are evaluate-ppo-lstm's on the same file and --start (fills at the next open, with the "
                "checkpoint's slippage and fee). Bad input: one 'error:' line on stderr, exit code 2.")
+    add_config_options(parser)
     policy = parser.add_mutually_exclusive_group(required=True)
     policy.add_argument("--checkpoint", type=Path, metavar="PATH",
                         help="a .pt file, or a checkpoint dir (its best.pt, else the checkpoint 'latest' names)")
@@ -164,7 +166,19 @@ def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
     """The CLI; returns the exit code (2 for bad input, one line on stderr)."""
     if prog is None and os.path.basename(sys.argv[0]) == "predict-ppo-lstm":
         prog = "predict-ppo-lstm"
-    args = build_parser(prog).parse_args(argv)
+    parser = build_parser(prog)
+    try:
+        parsed = parse_args(parser, argv)
+    except UsageError as err:
+        print(f"error: {one_line(err, 1000)}", file=sys.stderr)
+        return EXIT_USAGE
+    args = parsed.namespace
+    if parsed.print_config:
+        sys.stdout.write(dump_settings(parser, vars(args), ("Resolved settings; predict with: --config FILE",)))
+        return 0
+    note = parsed.describe()
+    if note is not None:  # --json keeps stdout one JSON object
+        print(note, file=sys.stderr if args.json else sys.stdout)
     try:
         policy, decision, new = run(args)
     except UsageError as err:

@@ -141,6 +141,30 @@ def test_fill_reports_the_real_fill_to_the_state(run: Path, capsys: pytest.Captu
     one_error(capsys, *args, "--state", state, "--fill", "99.5", "3", match="fill lots must be one of [-1, 0, 1]")
 
 
+def test_config_file_gives_the_same_decision_and_the_command_line_wins(run: Path, capsys: pytest.CaptureFixture,
+                                                                      tmp_path: Path) -> None:
+    flags = decide(capsys, "--checkpoint", run / "checkpoints", "--data", run / "prices.csv", "--start", "2021-02-01")
+    config = tmp_path / "predict.yaml"
+    config.write_text(f"checkpoint: {run / 'checkpoints'}\ndata: {run / 'prices.csv'}\nstart: 2020-01-01\n"
+                      f"json: true\n")
+    code, out, err = call(capsys, "--config", config, "--start", "2021-02-01")
+    assert code == 0 and json.loads(out) == flags  # --json from the file; the command line's --start wins
+    assert err.strip() == f"Config file {config}: 4 settings; the command line overrode --start 2020-01-01 -> 2021-02-01"
+    code, out, _ = call(capsys, "--config", config, "--print-config")
+    printed = tmp_path / "printed.yaml"
+    printed.write_text(out)
+    assert code == 0 and json.loads(call(capsys, "--config", printed, "--start", "2021-02-01")[1]) == flags
+    onnx_route = tmp_path / "model.yaml"  # --model on the command line replaces the file's --checkpoint
+    onnx_route.write_text(f"checkpoint: {run / 'checkpoints'}\ndata: {run / 'prices.csv'}\n")
+    code, _, err = call(capsys, "--config", onnx_route, "--model", tmp_path / "missing.onnx")
+    assert code == 2 and "missing.onnx" in err and len(err.strip().splitlines()) == 1
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("checkpont: x\n")
+    code, _, err = call(capsys, "--config", bad, "--data", run / "prices.csv")
+    assert code == 2 and "unknown key 'checkpont'; did you mean 'checkpoint'?" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def one_error(capsys: pytest.CaptureFixture, *argv: object, match: str) -> str:
     code, out, err = call(capsys, *argv)
     lines = [line for line in err.splitlines() if line.strip()]
