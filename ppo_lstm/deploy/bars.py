@@ -1,7 +1,7 @@
 """The bars a ``TradingPolicy`` is fed, checked: one bar's time and OHLCV, its feature values, and files.
 
 Each check raises ``UsageError`` with one line naming the bar (or the file) and what is
-wrong: ``bar_values`` for ``update``'s time and prices, ``feature_row`` for its
+wrong: ``bar_values`` for ``update``'s time and prices, ``check_after`` for ``feed``'s first bar, ``feature_row`` for its
 ``features`` mapping, ``features_of`` for a ``MarketData``'s feature columns, and
 ``as_market_data`` for a file or DataFrame (through ``envs.data.load_ohlcv``).
 ``parse_start`` and ``with_costs`` check ``--start`` and the cost overrides.
@@ -36,6 +36,13 @@ def bar_time_ns(time: Any) -> int:
     if stamp.tzinfo is not None:
         stamp = stamp.tz_convert("UTC").tz_localize(None)
     return int(stamp.as_unit("ns").value)
+
+
+def check_after(data: MarketData, stamps: np.ndarray, first: int, last_ns: Optional[int]) -> None:
+    """UsageError unless ``data``'s bar ``first`` (its time ``stamps[0]``, ns) comes after ``last_ns``."""
+    if len(stamps) and last_ns is not None and int(stamps[0]) <= last_ns:
+        raise UsageError(f"{data.source}: bar {first} ({pd.Timestamp(int(stamps[0]))}) is not after the last "
+                         f"bar consumed ({pd.Timestamp(last_ns)})")
 
 
 def bar_values(time: Any, last_ns: Optional[int], open_: float, high: float, low: float, close: float,

@@ -49,6 +49,12 @@ class PaperBook:
         self.ledger.open(slice(None), np.array([close]))
         self.opened = True
 
+    def decide(self, logits: np.ndarray) -> int:
+        """The pending action index after ``logits`` [A]: the greedy one, or flat once bust."""
+        action = self.flat if self.bust else int(np.argmax(logits))
+        self.action[0] = action
+        return action
+
     def set_fill(self, price: float, lots: int, positions: tuple[int, ...]) -> None:
         """Record the real fill of the pending decision (UsageError unless it can be one)."""
         if not self.opened:

@@ -32,7 +32,7 @@ feature is defined (a column's leading NaN rows are its warm-up), as in
 
 The observations come from the env's own code: ``envs.observation.normalised_returns``
 on the last ``window + 1`` closes (the same value, bit for bit, as on the whole file:
-``tests/test_policy.py``), the env's ``Observer`` and ``Ledger``, and the feature columns'
+``tests/deploy/test_policy.py``), the env's ``Observer`` and ``Ledger``, and the feature columns'
 rolling z-scores by ``envs.features.feature_zscores`` on the last ``FEATURE_WINDOW`` raw rows
 (the rule of ``FeatureNormaliser``: bit for bit the values of the whole file). The network
 step is the agent's own ``step`` (``TorchStep``) or the exported ONNX step (``ppo_lstm.deploy.onnx_model``).
@@ -51,9 +51,8 @@ the network step), ``bars.py`` (checking the bars and feature values fed in),
 """
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -67,13 +66,13 @@ from envs.observation import Observer
 
 from ..algo.agent import RecurrentActorCritic
 from ..errors import UsageError, one_line
-from .bars import (FeatureValues, Source, as_market_data, bar_time_ns, bar_values, feature_row, features_of,
-                   parse_start, with_costs)
+from .bars import (FeatureValues, Source, as_market_data, bar_time_ns, bar_values, check_after, feature_row,
+                   features_of, parse_start, with_costs)
 from .book import PaperBook
 from .decision import Decision
-from .spec import PolicySpec, StepFn, TorchStep, checkpoint_fingerprint
+from .spec import PolicySpec, StepFn, TorchStep, checkpoint_fingerprint, checkpoint_step
 from .state import (STATE_FORMAT, STATE_VERSION, BarChain, bar_records, chain_digest, check_owner, check_state,
-                    read_state_file, write_state_file)
+                    policy_entry, read_state_file, write_state_file)
 from .windows import FeatureWindow, ReturnWindow, feature_constants
 
 __all__ = [  # the names importable from here: the class, and those its callers import from this module
@@ -96,9 +95,7 @@ class TradingPolicy:
         self.spec, self._step = spec, step
         self.env = spec.env if env is None else env
         self.env.validate()
-        if tuple(spec.features) != self.env.feature_names:
-            raise UsageError(f"{spec.source}: the policy's feature columns {list(spec.features)} are not its env's "
-                             f"{list(self.env.feature_names)}")
+        spec.check_env(self.env)
         L = self.env.episode_length
         # one env whose time feature is clipped at the training length L, as the backtest's
         self._observer = Observer(1, replace(self.env, episode_length=L + 1), time_scale=L)
@@ -118,14 +115,8 @@ class TradingPolicy:
         ``fee_bps``/``slippage_bps`` override the checkpoint's costs (the book and so the
         observation's PnL feature use them). UsageError (one line) for an unusable file.
         """
-        from ..evaluation.cli import checkpoint_file, load_policy  # evaluate imports much; only the loader is needed
-
-        path = checkpoint_file(Path(checkpoint))
-        agent, config = load_policy(path, device)
-        spec = PolicySpec(env=config.env, lstm_size=config.lstm_size,
-                          fingerprint=checkpoint_fingerprint(agent, config), backend="checkpoint", source=str(path),
-                          features=config.env.feature_names)
-        return cls(spec, TorchStep(agent, device), with_costs(config.env, fee_bps, slippage_bps))
+        spec, step = checkpoint_step(checkpoint, device)
+        return cls(spec, step, with_costs(spec.env, fee_bps, slippage_bps))
 
     @classmethod
     def from_onnx(cls, model: str | os.PathLike, fee_bps: Optional[float] = None,
@@ -148,11 +139,9 @@ class TradingPolicy:
 
     def reset(self) -> None:
         """Forget every bar: a fresh stream (no start, no bars, no position)."""
-        self._start_ns: Optional[int] = None
         self._chain = BarChain()
         self._returns.reset()
         self._features.reset()
-        self._since_start = 0  # bars consumed at or after start
         self._book.reset()
         self._h = self._c = np.zeros((1, self.spec.lstm_size), np.float32)
         self._decision: Optional[Decision] = None
@@ -162,7 +151,7 @@ class TradingPolicy:
         if self._chain.bars:
             raise UsageError(f"start is set before the first bar; this stream has consumed {self._chain.bars} bars "
                              f"(call reset() first)")
-        self._start_ns = None if start is None else int(parse_start(start).value)
+        self._chain.start_ns = None if start is None else int(parse_start(start).value)
 
     def warm_up(self, source: Source, start: Optional[str] = None, date_format: Optional[str] = None
                 ) -> Optional[Decision]:
@@ -180,10 +169,7 @@ class TradingPolicy:
         """Consume ``data``'s bars ``first..`` in order (bars the loader has validated; with
         feature columns, ``data`` must carry the policy's: ``load_ohlcv(..., features=...)``)."""
         stamps = np.asarray(data.timestamps).astype(_NS).view(np.int64)[first:]
-        last_ns = self._chain.last_ns
-        if len(stamps) and last_ns is not None and int(stamps[0]) <= last_ns:
-            raise UsageError(f"{data.source}: bar {first} ({pd.Timestamp(int(stamps[0]))}) is not after the last "
-                             f"bar consumed ({pd.Timestamp(last_ns)})")
+        check_after(data, stamps, first, self._chain.last_ns)
         columns = [np.asarray(a, dtype=np.float64)[first:] for a in (data.open, data.high, data.low, data.close,
                                                                       data.volume)]
         raw = features_of(data, self.spec.features, self.env.features)
@@ -209,11 +195,9 @@ class TradingPolicy:
         """
         t, values = bar_values(time, self._chain.last_ns, open, high, low, close, volume)
         raw = feature_row(features, self.spec.features, pd.Timestamp(t))
-        z = self._features.normalise(raw, f"bar at {pd.Timestamp(t)}") if raw is not None else None
-        record = bar_records(np.array([t]), *([v] for v in values), raw)[0]
         if raw is not None:
-            self._features.push(raw[0], z[0])
-        self._consume(record, t, values[0], values[3])
+            self._features.add(raw, f"bar at {pd.Timestamp(t)}")
+        self._consume(bar_records(np.array([t]), *([v] for v in values), raw)[0], t, values[0], values[3])
         return self._decision
 
     def fill(self, price: float, lots: int) -> None:
@@ -238,7 +222,7 @@ class TradingPolicy:
     @property
     def bars_from_start(self) -> int:
         """Bars consumed at or after ``start`` (decisions begin at ``window + 1``)."""
-        return self._since_start
+        return self._chain.since_start
 
     @property
     def last_time(self) -> Optional[pd.Timestamp]:
@@ -247,14 +231,14 @@ class TradingPolicy:
 
     @property
     def start(self) -> Optional[pd.Timestamp]:
-        return None if self._start_ns is None else pd.Timestamp(self._start_ns)
+        return None if self._chain.start_ns is None else pd.Timestamp(self._chain.start_ns)
 
     def undefined_features(self) -> list[str]:
         """The feature columns without a value at the last bar consumed (their warm-up): no
         decision is taken while there are any."""
         if not self._chain.bars:
             return list(self.spec.features)
-        return [name for name, z in zip(self.spec.features, self._features.z.tolist()) if math.isnan(z)]
+        return self._features.undefined()
 
     @property
     def position(self) -> int:
@@ -274,9 +258,7 @@ class TradingPolicy:
         if book.opened:
             book.book(open_, close)
         self._returns.push(close, self._chain.bars)
-        if self._start_ns is None or t >= self._start_ns:
-            self._since_start += 1
-        if not book.opened and self._since_start > self.env.window and self._features.defined():
+        if not book.opened and self._chain.since_start > self.env.window and self._features.defined():
             book.open(close)
             self._h = self._c = np.zeros((1, self.spec.lstm_size), np.float32)
         if book.opened:
@@ -290,8 +272,7 @@ class TradingPolicy:
         book = self._book
         obs = self._observer.observe(book.ledger, self._t0, 0)  # [1, D]
         logits, value, self._h, self._c = self._step(obs, self._h, self._c)
-        action = book.flat if book.bust else int(np.argmax(logits))
-        book.action[0] = action
+        action = book.decide(logits)
         positions = self.spec.positions
         self._decision = Decision(
             time=pd.Timestamp(t), bar=self._chain.bars - 1, target_position=positions[action],
@@ -305,14 +286,8 @@ class TradingPolicy:
         chain, book = self._chain, self._book
         return {
             "format": STATE_FORMAT, "version": STATE_VERSION,
-            "policy": {"fingerprint": self.spec.fingerprint, "backend": self.spec.backend,
-                       "features": list(self.spec.features), "env": asdict(self.env)},
-            "start_ns": self._start_ns,
-            "start": None if self._start_ns is None else pd.Timestamp(self._start_ns).isoformat(),
-            "bars": chain.bars, "digest": chain.digest.hex(), "last_time_ns": chain.last_ns,
-            "last_time": None if chain.last_ns is None else pd.Timestamp(chain.last_ns).isoformat(),
-            "since_start": self._since_start, "closes": list(self._returns.closes),
-            "window": self._returns.values.tolist(), "opened": book.opened, "ledger": book.ledger_state(),
+            "policy": policy_entry(self.spec, self.env), **chain.state(), **self._returns.state(),
+            "opened": book.opened, "ledger": book.ledger_state(),
             "features": self._features.state(), "lstm": {"h": self._h[0].tolist(), "c": self._c[0].tolist()},
             "action": int(book.action[0]), "fill": None if book.fill is None else list(book.fill),
             "bust": book.bust, "decision": None if self._decision is None else self._decision._state(),
@@ -335,23 +310,16 @@ class TradingPolicy:
         W, H = self.env.window, self.spec.lstm_size
         self.reset()
         chain = self._chain
-        self._start_ns = None if s["start_ns"] is None else int(s["start_ns"])
-        chain.bars = int(s["bars"])
-        chain.digest = bytes.fromhex(s["digest"])
-        chain.last_ns = None if s["last_time_ns"] is None else int(s["last_time_ns"])
-        self._since_start = int(s["since_start"])
-        closes = [float(v) for v in s["closes"]]
-        window = np.asarray(s["window"], dtype=np.float32)
+        chain.restore(s)
+        self._returns.restore(s["closes"], s["window"])
         h = np.asarray(s["lstm"]["h"], dtype=np.float32)[None]
         c = np.asarray(s["lstm"]["c"], dtype=np.float32)[None]
-        if not (0 <= self._since_start <= chain.bars and len(closes) == min(chain.bars, W)
-                and window.shape == (W,) and h.shape == c.shape == (1, H) and len(chain.digest) in (0, 32)
-                and (chain.bars == 0) == (chain.last_ns is None)):
+        if not (chain.consistent() and self._returns.fits(chain.bars) and h.shape == c.shape == (1, H)):
             raise ValueError("its counts, closes, window or LSTM state do not fit this policy")
-        self._returns.closes, self._returns.values, self._h, self._c = closes, window, h, c
+        self._h, self._c = h, c
         self._features.restore(s.get("features"), chain.bars)
         opened = bool(s["opened"])
-        if opened and self._since_start <= W:
+        if opened and chain.since_start <= W:
             raise ValueError("'opened' does not match the bars consumed")
         if opened:
             self._book.restore(s)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass
+import os
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -17,6 +19,7 @@ from envs.config import EnvConfig
 
 from ..algo.agent import RecurrentActorCritic
 from ..config import TrainConfig
+from ..errors import UsageError
 
 # (obs [1, D] float32, h [1, H], c [1, H]) -> (logits [A] float32, value, h' [1, H], c' [1, H])
 StepFn = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, float, np.ndarray, np.ndarray]]
@@ -46,6 +49,12 @@ class PolicySpec:
         offset = 0 if self.env.no_short else self.env.max_position
         return tuple(a - offset for a in range(self.env.num_actions))
 
+    def check_env(self, env: EnvConfig) -> None:
+        """UsageError unless ``env`` (the settings to trade with) has this policy's feature columns."""
+        if tuple(self.features) != env.feature_names:
+            raise UsageError(f"{self.source}: the policy's feature columns {list(self.features)} are not its env's "
+                             f"{list(env.feature_names)}")
+
 
 def checkpoint_fingerprint(agent: RecurrentActorCritic, config: TrainConfig) -> str:
     """SHA-256 (hex) of the agent's weights and the checkpoint's network and env settings."""
@@ -73,3 +82,17 @@ class TorchStep:
             state = (torch.from_numpy(h)[None].to(dev), torch.from_numpy(c)[None].to(dev))  # [1, 1, H]
             logits, value, (h2, c2) = self.agent.step(torch.from_numpy(obs).to(dev), state, self.starts)
             return logits[0].cpu().numpy(), float(value[0]), h2[0].cpu().numpy(), c2[0].cpu().numpy()
+
+
+def checkpoint_step(checkpoint: str | os.PathLike, device: torch.device | str = "cpu"
+                    ) -> tuple[PolicySpec, TorchStep]:
+    """The spec and network step of a checkpoint file or directory (as ``evaluate-ppo-lstm
+    --checkpoint``); UsageError (one line) for an unusable file."""
+    from ..evaluation.cli import checkpoint_file, load_policy  # evaluate imports much; only the loader is needed
+
+    path = checkpoint_file(Path(checkpoint))
+    agent, config = load_policy(path, device)
+    spec = PolicySpec(env=config.env, lstm_size=config.lstm_size,
+                      fingerprint=checkpoint_fingerprint(agent, config), backend="checkpoint", source=str(path),
+                      features=config.env.feature_names)
+    return spec, TorchStep(agent, device)

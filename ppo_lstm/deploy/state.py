@@ -55,11 +55,14 @@ def chain_digest(digest: bytes, records: np.ndarray) -> bytes:
 
 
 class BarChain:
-    """The bars a stream consumed: ``bars`` (how many), ``last_ns`` (the last one's time, ns; None
-    before any) and ``digest`` (the SHA-256 chain of their records; empty before any)."""
+    """The bars a stream consumed: ``bars`` (how many), ``since_start`` (how many at or after
+    ``start_ns``; None: from the first), ``last_ns`` (the last one's time, ns; None before any)
+    and ``digest`` (the SHA-256 chain of their records; empty before any)."""
 
-    def __init__(self) -> None:
+    def __init__(self, start_ns: Optional[int] = None) -> None:
+        self.start_ns = start_ns
         self.bars = 0
+        self.since_start = 0
         self.digest = b""
         self.last_ns: Optional[int] = None
 
@@ -72,6 +75,29 @@ class BarChain:
         self.digest = hashlib.sha256(self.digest + record.tobytes()).digest()
         self.bars += 1
         self.last_ns = t
+        if self.start_ns is None or t >= self.start_ns:
+            self.since_start += 1
+
+    def state(self) -> dict[str, Any]:
+        """The policy state's entries from ``start_ns`` to ``since_start``."""
+        start, last = self.start_ns, self.last_ns
+        return {"start_ns": start, "start": None if start is None else pd.Timestamp(start).isoformat(),
+                "bars": self.bars, "digest": self.digest.hex(), "last_time_ns": last,
+                "last_time": None if last is None else pd.Timestamp(last).isoformat(),
+                "since_start": self.since_start}
+
+    def restore(self, s: dict[str, Any]) -> None:
+        """Read the entries of :meth:`state` back (checked by :meth:`consistent`)."""
+        self.start_ns = None if s["start_ns"] is None else int(s["start_ns"])
+        self.bars = int(s["bars"])
+        self.digest = bytes.fromhex(s["digest"])
+        self.last_ns = None if s["last_time_ns"] is None else int(s["last_time_ns"])
+        self.since_start = int(s["since_start"])
+
+    def consistent(self) -> bool:
+        """The counts, digest and last time fit together."""
+        return (0 <= self.since_start <= self.bars and len(self.digest) in (0, 32)
+                and (self.bars == 0) == (self.last_ns is None))
 
     def verify(self, data: MarketData, features: tuple[str, ...], trained_with: str) -> None:
         """UsageError unless ``data``'s first ``bars`` bars, with their values of the feature columns
@@ -99,6 +125,12 @@ def check_state(state: Any, spec: PolicySpec, env: EnvConfig) -> None:
     if state.get("version") != STATE_VERSION:
         raise UsageError(f"policy state version {state.get('version')!r}; this version reads {STATE_VERSION}")
     check_owner(state.get("policy"), spec, env)
+
+
+def policy_entry(spec: PolicySpec, env: EnvConfig) -> dict[str, Any]:
+    """A state's ``policy`` entry: what ``check_owner`` compares."""
+    return {"fingerprint": spec.fingerprint, "backend": spec.backend, "features": list(spec.features),
+            "env": asdict(env)}
 
 
 def check_owner(saved: Any, spec: PolicySpec, env: EnvConfig) -> None:

@@ -51,6 +51,19 @@ class ReturnWindow:
         if len(closes) > W:
             del closes[0]
 
+    def state(self) -> dict[str, Any]:
+        """The policy state's ``closes`` and ``window`` entries."""
+        return {"closes": list(self.closes), "window": self.values.tolist()}
+
+    def restore(self, closes: Any, window: Any) -> None:
+        """Read the entries of :meth:`state` back (checked by :meth:`fits`)."""
+        self.closes = [float(v) for v in closes]
+        self.values = np.asarray(window, dtype=np.float32)
+
+    def fits(self, bars: int) -> bool:
+        """The closes and returns are those of a stream that consumed ``bars`` bars."""
+        return len(self.closes) == min(bars, self.W) and self.values.shape == (self.W,)
+
 
 class FeatureWindow:
     """The feature normaliser of a stream: the raw rows [F] float64 of the last ``FEATURE_WINDOW``
@@ -68,10 +81,19 @@ class FeatureWindow:
         """Every feature defined at the last bar (always true without features)."""
         return not np.isnan(self.z).any()
 
+    def undefined(self) -> list[str]:
+        """The columns without a value at the last bar."""
+        return [name for name, z in zip(self.names, self.z.tolist()) if math.isnan(z)]
+
     def push(self, raw: np.ndarray, z: np.ndarray) -> None:
         """Keep one bar's raw row ``raw`` [F] and its normalised values ``z`` [F]."""
         self.rows.append(raw.copy())
         self.z = z
+
+    def add(self, raw: np.ndarray, where: str) -> None:
+        """Normalise one bar's raw row ``raw`` [1, F] after the rows kept, and keep both."""
+        z = self.normalise(raw, where)
+        self.push(raw[0], z[0])
 
     def normalise(self, raw: np.ndarray, where: str) -> np.ndarray:
         """The normalised features [n, F] float32 of new raw rows ``raw`` [n, F] after the rows
