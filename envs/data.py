@@ -16,7 +16,8 @@ Column names
     open ``Open``/``o``, high ``High``/``h``, low ``Low``/``l``, close
     ``Close``/``c``; adjusted close ``Adj Close``/``adj_close``/``Adj. Close``/
     ``Adjusted Close`` is optional (see below); volume ``Volume``/``vol``/``v``
-    is optional (zeros when absent, NaN volume counts as 0).
+    is optional (zeros when absent, NaN volume counts as 0). The matching:
+    ``envs.data_columns``.
 
 Adjusted prices
     With both Close and Adj Close, Open/High/Low are scaled by each row's
@@ -26,7 +27,7 @@ Adjusted prices
 
 Time column (first match wins)
     ``Datetime``, ``Timestamp``, ``Date``, ``Time``, ``Gmt time`` and a few
-    other names (see ``_TIME_NAMES``); a ``Date`` column plus a time-of-day
+    other names (``envs.data_columns._TIME_NAMES``); a ``Date`` column plus a time-of-day
     ``Time`` column (``22:00:00``) are joined; failing those, an unnamed first
     column (``,Open,High,...`` -> ``Unnamed: 0``, or the index pandas makes when
     the header is one field short, or a Parquet index).
@@ -53,7 +54,6 @@ Checks
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -61,7 +61,8 @@ import numpy as np
 import pandas as pd
 
 from envs.data_checks import _adjust, _check_ohlc, _check_positive, _check_scaled, _first_bad, _numeric
-from envs.data_context import DataError, _Ctx, _more
+from envs.data_columns import _PRICE_ALIASES, _VOLUME, _feature_columns, _find, _price_columns, _time_column
+from envs.data_context import DataError, _Ctx
 from envs.data_time import _parse_time
 from envs.features import first_defined_bar
 
@@ -119,42 +120,6 @@ class MarketData:
         return SECONDS_PER_YEAR / self.bar_seconds
 
 
-# ----------------------------------------------------------------------------- column names
-
-_PRICE_ALIASES: dict[str, tuple[str, ...]] = {
-    "open": ("open", "o", "openprice"),
-    "high": ("high", "h", "highprice"),
-    "low": ("low", "l", "lowprice"),
-    "close": ("close", "c", "closeprice"),
-}
-_ADJ_CLOSE = ("adjclose", "adjustedclose", "adjclosing")  # Adj Close; scales Open/High/Low when Close is there too
-_VOLUME = ("volume", "vol", "v")
-_TIME_NAMES = (
-    "datetime", "timestamp", "date", "time", "gmttime", "utctime", "localtime", "datetimeutc",
-    "dateutc", "timeutc", "opentime", "unix", "unixtime", "epoch", "ts", "dt",
-)
-_UNNAMED = re.compile(r"^(unnamed:?\d*|index|level0|)$")
-_TIME_OF_DAY = r"\s*\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?\s*([AaPp][Mm])?\s*"
-
-
-def _norm(name: object) -> str:
-    """Normalised column name: lower case without spaces, underscores, dashes or dots."""
-    return re.sub(r"[\s_\-.]+", "", str(name).lower())
-
-
-def _find(ctx: _Ctx, columns: list[str], aliases: tuple[str, ...], what: str) -> str | None:
-    """Column matching the first alias that matches any column; None when no alias matches."""
-    normed = [_norm(c) for c in columns]
-    for alias in aliases:
-        hits = [c for c, n in zip(columns, normed) if n == alias]
-        if len(hits) > 1:
-            names = " and ".join(repr(str(h)) for h in hits)
-            raise ctx.fail(f"columns {names} both look like the {what} column; rename or drop one of them")
-        if hits:
-            return hits[0]
-    return None
-
-
 # ----------------------------------------------------------------------------- reading
 
 def _read(ctx: _Ctx, path: str) -> pd.DataFrame:
@@ -191,30 +156,6 @@ def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.reset_index(drop=True)
 
 
-# ----------------------------------------------------------------------------- time column
-
-def _time_column(ctx: _Ctx, frame: pd.DataFrame) -> tuple[str, pd.Series]:
-    """Name (for messages) and raw values of the time column."""
-    columns = list(frame.columns)
-    date_col = _find(ctx, columns, ("date",), "date")
-    time_col = _find(ctx, columns, ("time",), "time")
-    if date_col is not None and time_col is not None:
-        tod = frame[time_col]
-        if not pd.api.types.is_numeric_dtype(tod.dtype) and tod.astype(str).str.fullmatch(_TIME_OF_DAY).all():
-            joined = frame[date_col].astype(str).str.strip() + " " + tod.astype(str).str.strip()
-            joined[frame[date_col].isna() | tod.isna()] = np.nan
-            return f"{date_col}+{time_col}", joined
-    col = _find(ctx, columns, _TIME_NAMES, "time")
-    if col is None and columns and _UNNAMED.match(_norm(columns[0])):
-        col = columns[0]
-    if col is None:
-        raise ctx.fail(
-            f"no time column found (looked for Date, Time, Datetime, Timestamp, Gmt time, unix, or an unnamed "
-            f"first column); columns found: {', '.join(map(repr, columns))}; rename the time column to Date"
-        )
-    return col, frame[col]
-
-
 # ----------------------------------------------------------------------------- entry point
 
 def load_ohlcv(path: str | os.PathLike | pd.DataFrame, date_format: str | None = None, min_rows: int = 2,
@@ -228,7 +169,7 @@ def load_ohlcv(path: str | os.PathLike | pd.DataFrame, date_format: str | None =
     ``date_format`` forces a strftime format for string timestamps (``--date-format``).
     ``min_rows`` is the fewest bars the caller can use (window + episode length + 1); at least 2.
     ``features``: names of extra numeric columns to keep (``--features``; see
-    :func:`_feature_columns` for the rules), in ``MarketData.features``.
+    :func:`envs.data_columns._feature_columns` for the rules), in ``MarketData.features``.
     Raises ``DataError`` (a ``ValueError``) with a one-line message for any problem.
     """
     if isinstance(path, pd.DataFrame):
@@ -247,24 +188,7 @@ def load_ohlcv(path: str | os.PathLike | pd.DataFrame, date_format: str | None =
             raise ctx.fail("the file is empty (0 bytes); export the data again")
         frame = _read(ctx, source)
     columns = list(frame.columns)
-    cols: dict[str, str] = {}
-    for key, aliases in _PRICE_ALIASES.items():
-        found = _find(ctx, columns, aliases, key)
-        if found is not None:
-            cols[key] = found
-    adj_col = _find(ctx, columns, _ADJ_CLOSE, "adjusted close")
-    missing = [k.capitalize() for k in _PRICE_ALIASES if k not in cols]
-    if missing == ["Close"] and adj_col is not None:
-        raise ctx.fail(
-            f"has an adjusted close '{adj_col}' but no raw Close column, so Open/High/Low cannot be adjusted "
-            f"(they are scaled by {adj_col} / Close per row); add the raw Close column (yfinance: "
-            f"auto_adjust=False keeps both), or rename '{adj_col}' to Close if Open/High/Low are already adjusted"
-        )
-    if missing:
-        raise ctx.fail(
-            f"missing price column(s) {', '.join(missing)}; columns found: {', '.join(map(repr, columns))}; "
-            f"the file needs Open, High, Low and Close columns (any case)"
-        )
+    cols, adj_col = _price_columns(ctx, columns)
     time_name, time_raw = _time_column(ctx, frame)
     vol_col = _find(ctx, columns, _VOLUME, "volume")
 
@@ -330,46 +254,6 @@ def load_ohlcv(path: str | os.PathLike | pd.DataFrame, date_format: str | None =
         feature_names=tuple(str(f) for f in features) if features else (),
         features=feature_values,
     )
-
-
-def _feature_columns(ctx: _Ctx, frame: pd.DataFrame, names: Sequence[str], order: np.ndarray) -> np.ndarray:
-    """The ``--features`` columns ``[n, F]`` float64 in time order (``order``: the sort).
-
-    A name matches a column case-insensitively (failing that, ignoring spaces, ``_``,
-    ``-`` and ``.``). In time order, a column may start with missing values (NaN or
-    blank: an indicator's warm-up); after its first value every row must hold a finite
-    number. Text, inf, or a gap after the warm-up is a ``DataError`` naming the file,
-    the column and the row (the row as in the file).
-    """
-    columns = list(frame.columns)
-    out = np.empty((len(frame), len(names)))
-    for j, name in enumerate(names):
-        hits = [c for c in columns if c.lower() == str(name).lower()]
-        if not hits:
-            hits = [c for c in columns if _norm(c) == _norm(name)]
-        if len(hits) != 1:
-            if hits:
-                raise ctx.fail(f"columns {' and '.join(map(repr, hits))} both match feature {name!r}; "
-                               f"rename one of them")
-            raise ctx.fail(f"has no feature column {name!r} (--features); columns found: "
-                           f"{', '.join(map(repr, columns))}; add the column or drop it from --features")
-        col = hits[0]
-        values = _numeric(ctx, col, frame[col])[order]
-        missing = np.isnan(values)
-        start = int(np.argmax(~missing)) if (~missing).any() else len(values)
-        if start == len(values):
-            raise ctx.fail(f"feature column '{col}' holds no values (all missing); fill it or drop it from --features")
-        bad = ~np.isfinite(values)
-        bad[:start] = np.isinf(values[:start])
-        if bad.any():
-            i = int(np.argmax(bad))
-            what = "missing value (NaN)" if np.isnan(values[i]) else "infinite value"
-            raise ctx.fail(
-                f"{what} in feature column '{col}' at {ctx.row(int(order[i]))}{_more(bad)}, after the column's "
-                f"first value at {ctx.row(int(order[start]))}; only leading rows (a warm-up) may be missing; "
-                f"fill or delete that row")
-        out[:, j] = values
-    return out
 
 
 # ----------------------------------------------------------------------------- date slices

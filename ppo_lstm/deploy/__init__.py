@@ -1,6 +1,15 @@
 """Using a trained policy outside training.
 
-- ``policy.py``: ``TradingPolicy``, a trained policy fed one bar at a time;
+- ``policy.py``: ``TradingPolicy``, a trained policy fed one bar at a time (it composes the modules below);
+- ``decision.py``: ``Decision``, what the policy decided after a bar, for the next bar;
+- ``spec.py``: ``PolicySpec`` (what a stream needs of a trained policy), ``checkpoint_fingerprint`` and
+  ``TorchStep``, the agent's network step;
+- ``bars.py``: the checks of the bars fed in (time, OHLCV, feature values, files) and of ``--start`` and the costs;
+- ``windows.py``: the normalised returns of the last bars (``ReturnWindow``) and the feature normaliser
+  (``FeatureWindow``);
+- ``book.py``: ``PaperBook``, the paper account (the env's ledger for one env) and the pending trade;
+- ``state.py``: the saved state: its format, ``BarChain`` (the bars consumed and their SHA-256 chain), the
+  owner checks and the atomic state file;
 - ``predict.py``: the decision command line (``predict-ppo-lstm``, ``python -m ppo_lstm.predict``);
 - ``export_onnx.py``: the ONNX export command line (``export-ppo-lstm``);
 - ``onnx_model.py``: the exported graph's inputs, outputs and metadata, and ``OnnxStep``.

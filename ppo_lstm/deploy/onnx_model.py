@@ -34,7 +34,7 @@ from envs.features import FEATURE_CLIP, FEATURE_WINDOW, STD_FLOOR_ABS, STD_FLOOR
 from envs.observation import _TINY, RETURN_CLIP, UPNL_CLIP, UPNL_SCALE
 
 from ..errors import UsageError, one_line
-from .policy import PolicySpec
+from .spec import PolicySpec
 
 MODEL_FORMAT = "ppo-lstm-trader recurrent step"
 MODEL_VERSION = "1"

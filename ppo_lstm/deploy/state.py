@@ -1,0 +1,188 @@
+"""A streaming policy's saved state: its format, the chain of the bars consumed, and the state file.
+
+The state is plain JSON data (``TradingPolicy.state_dict``). ``check_state`` refuses
+data that is not a state of this format and version, or one written by another policy,
+route, feature set or costs (``check_owner``). ``BarChain`` counts the bars consumed and
+hashes each in turn (``bar_records``: time, OHLCV and feature values; ``chain_digest``),
+so ``BarChain.verify`` refuses a file whose earlier bars differ. ``write_state_file``
+and ``read_state_file`` write it atomically and read it back (JSON: nothing in it is
+executed).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import pandas as pd
+
+from envs.config import EnvConfig
+from envs.data import MarketData
+
+from ..errors import UsageError, one_line
+from .bars import features_of
+from .spec import PolicySpec
+
+STATE_FORMAT = "ppo-lstm-trader policy state"
+STATE_VERSION = 1
+_NS = np.dtype("datetime64[ns]")
+
+
+def bar_records(time_ns: np.ndarray, open_: np.ndarray, high: np.ndarray, low: np.ndarray, close: np.ndarray,
+                volume: np.ndarray, features: Optional[np.ndarray] = None) -> np.ndarray:
+    """[n, 6+F] int64: each bar's time (ns), the bits of its OHLCV (float64) and of its raw
+    feature values ``features [n, F]`` (float64, every NaN as the one NaN): what the chain hashes."""
+    F = 0 if features is None else features.shape[1]
+    records = np.empty((len(time_ns), 6 + F), np.int64)
+    records[:, 0] = time_ns
+    prices = np.stack([np.asarray(a, dtype=np.float64) for a in (open_, high, low, close, volume)], axis=1)
+    records[:, 1:6] = prices.view(np.int64)
+    if F:
+        values = np.asarray(features, dtype=np.float64)
+        records[:, 6:] = np.where(np.isnan(values), np.nan, values).view(np.int64)
+    return records
+
+
+def chain_digest(digest: bytes, records: np.ndarray) -> bytes:
+    """The bar chain after ``records`` [n, 6+F]: ``d <- sha256(d + record)`` for each bar in turn."""
+    for row in records:
+        digest = hashlib.sha256(digest + row.tobytes()).digest()
+    return digest
+
+
+class BarChain:
+    """The bars a stream consumed: ``bars`` (how many), ``since_start`` (how many at or after
+    ``start_ns``; None: from the first), ``last_ns`` (the last one's time, ns; None before any)
+    and ``digest`` (the SHA-256 chain of their records; empty before any)."""
+
+    def __init__(self, start_ns: Optional[int] = None) -> None:
+        self.start_ns = start_ns
+        self.bars = 0
+        self.since_start = 0
+        self.digest = b""
+        self.last_ns: Optional[int] = None
+
+    @property
+    def last_time(self) -> Optional[pd.Timestamp]:
+        return None if self.last_ns is None else pd.Timestamp(self.last_ns)
+
+    def add(self, record: np.ndarray, t: int) -> None:
+        """One more bar: its record [6+F] (``bar_records``) and time ``t`` (ns)."""
+        self.digest = hashlib.sha256(self.digest + record.tobytes()).digest()
+        self.bars += 1
+        self.last_ns = t
+        if self.start_ns is None or t >= self.start_ns:
+            self.since_start += 1
+
+    def state(self) -> dict[str, Any]:
+        """The policy state's entries from ``start_ns`` to ``since_start``."""
+        start, last = self.start_ns, self.last_ns
+        return {"start_ns": start, "start": None if start is None else pd.Timestamp(start).isoformat(),
+                "bars": self.bars, "digest": self.digest.hex(), "last_time_ns": last,
+                "last_time": None if last is None else pd.Timestamp(last).isoformat(),
+                "since_start": self.since_start}
+
+    def restore(self, s: dict[str, Any]) -> None:
+        """Read the entries of :meth:`state` back (checked by :meth:`consistent`)."""
+        self.start_ns = None if s["start_ns"] is None else int(s["start_ns"])
+        self.bars = int(s["bars"])
+        self.digest = bytes.fromhex(s["digest"])
+        self.last_ns = None if s["last_time_ns"] is None else int(s["last_time_ns"])
+        self.since_start = int(s["since_start"])
+
+    def consistent(self) -> bool:
+        """The counts, digest and last time fit together."""
+        return (0 <= self.since_start <= self.bars and len(self.digest) in (0, 32)
+                and (self.bars == 0) == (self.last_ns is None))
+
+    def verify(self, data: MarketData, features: tuple[str, ...], trained_with: str) -> None:
+        """UsageError unless ``data``'s first ``bars`` bars, with their values of the feature columns
+        ``features`` (``trained_with``: the policy's ``--features``), are exactly the bars of this chain."""
+        n = self.bars
+        if len(data) < n:
+            raise UsageError(f"{data.source}: has {len(data)} bars, fewer than the {n} the state has consumed "
+                             f"(up to {self.last_time}); pass the file the state was built on, or start a new "
+                             f"state")
+        stamps = np.asarray(data.timestamps[:n]).astype(_NS).view(np.int64)
+        raw = features_of(data, features, trained_with)
+        records = bar_records(stamps, data.open[:n], data.high[:n], data.low[:n], data.close[:n], data.volume[:n],
+                              None if raw is None else raw[:n])
+        if chain_digest(b"", records) != self.digest:
+            raise UsageError(f"{data.source}: its first {n} bars (to {pd.Timestamp(int(stamps[-1])) if n else '-'}) "
+                             f"are not the {n} bars the state has consumed (to {self.last_time}): another file, or "
+                             f"its history was revised (e.g. re-adjusted prices); start a new state")
+
+
+def check_state(state: Any, spec: PolicySpec, env: EnvConfig) -> None:
+    """UsageError unless ``state`` is a policy state of this format and version written by this
+    policy (``spec``) with these settings (``env``)."""
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        raise UsageError("not a policy state (no 'format': 'ppo-lstm-trader policy state')")
+    if state.get("version") != STATE_VERSION:
+        raise UsageError(f"policy state version {state.get('version')!r}; this version reads {STATE_VERSION}")
+    check_owner(state.get("policy"), spec, env)
+
+
+def policy_entry(spec: PolicySpec, env: EnvConfig) -> dict[str, Any]:
+    """A state's ``policy`` entry: what ``check_owner`` compares."""
+    return {"fingerprint": spec.fingerprint, "backend": spec.backend, "features": list(spec.features),
+            "env": asdict(env)}
+
+
+def check_owner(saved: Any, spec: PolicySpec, env: EnvConfig) -> None:
+    """UsageError unless a state's ``policy`` entry is this policy's: fingerprint, route, feature
+    columns and env settings."""
+    if not isinstance(saved, dict) or not isinstance(saved.get("fingerprint"), str):
+        raise UsageError("not a valid policy state (no 'policy' entry with a fingerprint)")
+    if saved["fingerprint"] != spec.fingerprint:
+        raise UsageError(f"the state was written by another policy (fingerprint {saved['fingerprint'][:12]}, "
+                         f"this one's {spec.fingerprint[:12]}); use the checkpoint that wrote it, or start "
+                         f"a new state")
+    if saved.get("backend") != spec.backend:
+        raise UsageError(f"the state was written through the {saved.get('backend')} route, this policy runs "
+                         f"through the {spec.backend} route (their float rounding differs); start a new "
+                         f"state for this route")
+    if list(saved.get("features", [])) != list(spec.features):
+        raise UsageError(f"the state's feature columns {saved.get('features')} are not this policy's "
+                         f"{list(spec.features)}")
+    saved_env = saved.get("env")
+    if saved_env != asdict(env):
+        ours = asdict(env)
+        diff = [k for k in ours if not isinstance(saved_env, dict) or saved_env.get(k) != ours[k]]
+        shown = ", ".join(f"{k} {saved_env.get(k) if isinstance(saved_env, dict) else None!r} (now {ours[k]!r})"
+                          for k in diff[:3])
+        raise UsageError(f"the state was written with other settings: {shown}; pass the same --fee-bps/"
+                         f"--slippage-bps, or start a new state")
+
+
+def write_state_file(path: str | os.PathLike, state: dict[str, Any]) -> None:
+    """Write ``state`` to ``path`` as JSON, atomically (a temp file renamed over it)."""
+    path = Path(path)
+    text = json.dumps(state, allow_nan=False, separators=(",", ":")) + "\n"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"cannot write the state file {path}: {err.strerror or err}; check the directory "
+                         f"exists and is writable") from None
+
+
+def read_state_file(path: str | os.PathLike) -> Any:
+    """The JSON data of a state file (UsageError, one line, when it cannot be read as JSON)."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"state file {path} not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UsageError(f"{path}: not a policy state file ({one_line(err)}); delete it to start a new "
+                         f"state") from None

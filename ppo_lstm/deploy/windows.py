@@ -1,0 +1,150 @@
+"""A stream's rolling inputs: the normalised returns of the last bars, and the feature normaliser.
+
+``ReturnWindow`` keeps the last ``W`` closes and the normalised returns of the last ``W``
+bars, computed by the env's ``envs.observation.normalised_returns`` (bit for bit the
+values of the whole file). ``FeatureWindow`` keeps the feature columns' raw rows of the
+last ``FEATURE_WINDOW`` bars and the last bar's z-scores, by ``envs.features.feature_zscores``
+(the rule of ``FeatureNormaliser``). Both are saved in and restored from the policy state.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from envs.features import FEATURE_CLIP, FEATURE_WINDOW, STD_FLOOR_ABS, STD_FLOOR_REL, feature_zscores
+from envs.observation import normalised_returns
+
+from ..errors import UsageError
+
+
+def feature_constants() -> dict[str, Any]:
+    """The feature normaliser's constants, as this version applies them (``envs.features``)."""
+    return {"window": FEATURE_WINDOW, "clip": FEATURE_CLIP, "std_floor_rel": STD_FLOOR_REL,
+            "std_floor_abs": STD_FLOOR_ABS}
+
+
+class ReturnWindow:
+    """The last ``W`` closes and the normalised returns ``values`` [W] float32 of the last ``W`` bars."""
+
+    def __init__(self, window: int) -> None:
+        self.W = window
+        self.reset()
+
+    def reset(self) -> None:
+        self.closes: list[float] = []  # the last W closes (W + 1 while a bar is consumed)
+        self.values = np.zeros(self.W, np.float32)
+
+    def push(self, close: float, bars: int) -> None:
+        """The normalised return of the new bar (``bars``: bars consumed, this one included), by
+        ``normalised_returns`` on the last W + 1 closes (at the stream's bar W: bars 1..W, which
+        share the first full window's RMS)."""
+        W, closes = self.W, self.closes
+        closes.append(close)
+        if bars == W + 1:
+            self.values[:] = normalised_returns(np.array(closes), W)
+        elif bars > W + 1:
+            self.values[:-1] = self.values[1:]
+            self.values[-1] = normalised_returns(np.array(closes), W)[-1]
+        if len(closes) > W:
+            del closes[0]
+
+    def state(self) -> dict[str, Any]:
+        """The policy state's ``closes`` and ``window`` entries."""
+        return {"closes": list(self.closes), "window": self.values.tolist()}
+
+    def restore(self, closes: Any, window: Any) -> None:
+        """Read the entries of :meth:`state` back (checked by :meth:`fits`)."""
+        self.closes = [float(v) for v in closes]
+        self.values = np.asarray(window, dtype=np.float32)
+
+    def fits(self, bars: int) -> bool:
+        """The closes and returns are those of a stream that consumed ``bars`` bars."""
+        return len(self.closes) == min(bars, self.W) and self.values.shape == (self.W,)
+
+
+class FeatureWindow:
+    """The feature normaliser of a stream: the raw rows [F] float64 of the last ``FEATURE_WINDOW``
+    bars (NaN: not defined yet) and ``z`` [F] float32, the last bar's normalised features."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = tuple(names)
+        self.reset()
+
+    def reset(self) -> None:
+        self.rows: deque[np.ndarray] = deque(maxlen=FEATURE_WINDOW)
+        self.z = np.zeros(len(self.names), np.float32)
+
+    def defined(self) -> bool:
+        """Every feature defined at the last bar (always true without features)."""
+        return not np.isnan(self.z).any()
+
+    def undefined(self) -> list[str]:
+        """The columns without a value at the last bar."""
+        return [name for name, z in zip(self.names, self.z.tolist()) if math.isnan(z)]
+
+    def push(self, raw: np.ndarray, z: np.ndarray) -> None:
+        """Keep one bar's raw row ``raw`` [F] and its normalised values ``z`` [F]."""
+        self.rows.append(raw.copy())
+        self.z = z
+
+    def add(self, raw: np.ndarray, where: str) -> None:
+        """Normalise one bar's raw row ``raw`` [1, F] after the rows kept, and keep both."""
+        z = self.normalise(raw, where)
+        self.push(raw[0], z[0])
+
+    def normalise(self, raw: np.ndarray, where: str) -> np.ndarray:
+        """The normalised features [n, F] float32 of new raw rows ``raw`` [n, F] after the rows
+        kept: ``feature_zscores`` of them all (a row's value depends only on its window).
+        UsageError for inf, or a NaN after a column's first value (the loader's rules)."""
+        previous = list(self.rows)
+        defined = ~np.isnan(raw)
+        if np.isinf(raw).any():
+            raise UsageError(f"{where}: an infinite value in feature column "
+                             f"{self.names[int(np.argmax(np.isinf(raw).any(axis=0)))]!r}")
+        seen = ~np.isnan(previous[-1]) if previous else np.zeros(raw.shape[1], bool)
+        after_first = np.logical_or.accumulate(defined, axis=0) | seen  # [n, F]: the column has had a value
+        gap = after_first & ~defined
+        if gap.any():
+            j = int(np.argmax(gap.any(axis=0)))
+            raise UsageError(f"{where}: no value (NaN) for feature {self.names[j]!r} after its first value; "
+                             f"only a column's leading bars (its warm-up) may lack one")
+        rows = np.concatenate([np.stack(previous), raw]) if previous else raw
+        return feature_zscores(rows, FEATURE_WINDOW)[len(previous):]
+
+    def state(self) -> dict[str, Any]:
+        """The names, the constants and the rows as JSON data (NaN as None)."""
+        return {"names": list(self.names), **feature_constants(),
+                "rows": [[None if math.isnan(v) else v for v in row.tolist()] for row in self.rows]}
+
+    def restore(self, saved: Any, bars: int) -> None:
+        """The rows of ``state()`` after ``bars`` bars; ValueError unless they fit these names
+        and constants (UsageError for other constants)."""
+        nfeat = len(self.names)
+        if not nfeat and saved is None:
+            return  # a state of a policy without features may lack the entry
+        if not isinstance(saved, dict):
+            raise ValueError("no 'features' entry")
+        if saved.get("names") != list(self.names):
+            raise ValueError(f"its feature normaliser's columns {saved.get('names')} are not the policy's "
+                             f"{list(self.names)}")
+        if not nfeat:
+            return
+        ours = feature_constants()
+        other = [f"{k} {saved.get(k)!r} (now {v!r})" for k, v in ours.items() if saved.get(k) != v]
+        if other:
+            raise UsageError(f"the state's feature normaliser has other constants: {', '.join(other)}; start a new "
+                             f"state")
+        rows = np.array([[np.nan if v is None else float(v) for v in row] for row in saved["rows"]],
+                        dtype=np.float64).reshape(-1, nfeat)
+        if len(rows) != min(bars, FEATURE_WINDOW) or np.isinf(rows).any():
+            raise ValueError(f"its feature normaliser holds {len(rows)} rows; {min(bars, FEATURE_WINDOW)} "
+                             f"expected after {bars} bars")
+        defined = ~np.isnan(rows)
+        if (np.logical_or.accumulate(defined, axis=0) & ~defined).any():
+            raise ValueError("its feature normaliser holds a NaN after a column's first value")
+        self.rows.extend(rows)
+        if len(rows):
+            self.z = feature_zscores(rows, FEATURE_WINDOW)[-1]
