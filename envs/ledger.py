@@ -36,7 +36,7 @@ class Ledger:
     ``one_lot`` (default: K == 1) takes the K = 1 branch, which keeps only ``entry``
     per step (``cost`` and ``entry_fee`` follow from it, see ``sync``). It gives the
     general FIFO path's rewards, cash, equity, counts and open lots bit for bit
-    (``tests/test_ledger.py``); only the unused lot slots of flat accounts differ.
+    (``tests/envs/test_ledger.py``); only the unused lot slots of flat accounts differ.
     """
 
     def __init__(self, num_envs: int, config: EnvConfig, one_lot: bool | None = None) -> None:

@@ -108,7 +108,7 @@ class RecurrentActorCritic(nn.Module):
 
         Left to autocast, cuDNN's RNN rule casts the LSTM to float16, whatever dtype the
         autocast region asks for, and the update has no gradient scaler. On the CPU the
-        explicit call is bit for bit what autocast does there (tests/test_agent.py)."""
+        explicit call is bit for bit what autocast does there (tests/distributed/test_gpu_readiness.py)."""
         device_type = features.device.type
         if not torch.is_autocast_enabled(device_type):
             return self.lstm
