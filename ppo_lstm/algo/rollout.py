@@ -118,7 +118,7 @@ class RolloutCollector:
             self.obs, rewards, terminated, truncated, info = self.env.step(host_actions)
             cut = truncated & ~terminated
             self.episode_start = terminated | truncated
-            stage.put_outcome(rewards, cut, info["final_obs"] if cut.any() else None)
+            stage.put_outcome(rewards, cut, info.get("final_obs"))
             stage.put_inputs(self.obs, self.episode_start)
             if "_episode" in info:
                 records.append(episode_records(info["episode"], np.flatnonzero(info["_episode"])))

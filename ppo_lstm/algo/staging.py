@@ -61,7 +61,8 @@ class StepStaging:
 
     def put_outcome(self, rewards: np.ndarray, cut: np.ndarray, final_obs: Optional[np.ndarray]) -> None:
         """Stage what the last env step gave: ``rewards`` ``[N]``, ``cut`` ``[N]`` (bool: a time
-        limit ended the episode) and, where any is cut, ``final_obs`` ``[N, D]``."""
+        limit ended the episode) and ``final_obs`` ``[N, D]``, read at the cut rows only (None
+        when no episode ended)."""
         np.copyto(self._host_rewards, rewards, casting="same_kind")
         rows = np.flatnonzero(cut)
         self.cut_count = len(rows)

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from ..algo.agent import RecurrentActorCritic
 from ..config import TrainConfig
 from ..errors import EXIT_USAGE, OneLineParser, UsageError, one_line
+from ..rundir.checkpoint import CheckpointError, atomic_write_bytes
 from .onnx_model import INPUTS, OUTPUTS, metadata
 from .policy import checkpoint_fingerprint
 
@@ -73,16 +74,10 @@ def export_onnx(agent: RecurrentActorCritic, config: TrainConfig, path: str | os
     model.producer_name = "ppo-lstm-trader"
     onnx.checker.check_model(model)
     data = model.SerializeToString()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise UsageError(f"cannot write --onnx {path}: {err.strerror or err}") from None
+        atomic_write_bytes(path, lambda handle: handle.write(data), "check that its directory exists and is writable")
+    except CheckpointError as err:
+        raise UsageError(f"--onnx: {err}") from None
     return fingerprint
 
 

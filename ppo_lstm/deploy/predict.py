@@ -27,7 +27,8 @@ from typing import Optional
 
 from envs.data import DataError, date_span
 
-from ..config_file import add_config_options, dump_settings, parse_args
+from ..config_file import add_config_options
+from ..evaluation.cli import settings_or_exit
 from ..errors import EXIT_USAGE, OneLineParser, UsageError, one_line
 from .policy import Decision, TradingPolicy, as_market_data, parse_start
 
@@ -166,19 +167,9 @@ def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
     """The CLI; returns the exit code (2 for bad input, one line on stderr)."""
     if prog is None and os.path.basename(sys.argv[0]) == "predict-ppo-lstm":
         prog = "predict-ppo-lstm"
-    parser = build_parser(prog)
-    try:
-        parsed = parse_args(parser, argv)
-    except UsageError as err:
-        print(f"error: {one_line(err, 1000)}", file=sys.stderr)
-        return EXIT_USAGE
-    args = parsed.namespace
-    if parsed.print_config:
-        sys.stdout.write(dump_settings(parser, vars(args), ("Resolved settings; predict with: --config FILE",)))
-        return 0
-    note = parsed.describe()
-    if note is not None:  # --json keeps stdout one JSON object
-        print(note, file=sys.stderr if args.json else sys.stdout)
+    args, code = settings_or_exit(build_parser(prog), argv, "predict")
+    if args is None:
+        return code
     try:
         policy, decision, new = run(args)
     except UsageError as err:

@@ -24,6 +24,7 @@ from envs.config import EnvConfig
 from envs.data import MarketData
 
 from ..errors import UsageError, one_line
+from ..rundir.checkpoint import CheckpointError, atomic_write_bytes
 from .bars import features_of
 from .spec import PolicySpec
 
@@ -163,17 +164,11 @@ def write_state_file(path: str | os.PathLike, state: dict[str, Any]) -> None:
     """Write ``state`` to ``path`` as JSON, atomically (a temp file renamed over it)."""
     path = Path(path)
     text = json.dumps(state, allow_nan=False, separators=(",", ":")) + "\n"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise UsageError(f"cannot write the state file {path}: {err.strerror or err}; check the directory "
-                         f"exists and is writable") from None
+        atomic_write_bytes(path, lambda handle: handle.write(text.encode("utf-8")),
+                           "check that its directory exists and is writable")
+    except CheckpointError as err:
+        raise UsageError(f"the state file: {err}") from None
 
 
 def read_state_file(path: str | os.PathLike) -> Any:

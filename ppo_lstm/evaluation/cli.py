@@ -244,13 +244,19 @@ def load_slice(args: argparse.Namespace, window: int,
     return data, lo, hi
 
 
-def run(args: argparse.Namespace) -> tuple[BacktestResult, str]:
-    """The backtest the flags ask for, and the report's title."""
+def prepare(args: argparse.Namespace) -> tuple[Path, RecurrentActorCritic, EnvConfig, torch.device]:
+    """What every backtest of the flags needs: the checkpoint file, its agent on --device, its
+    env settings with the cost overrides, and the device. UsageError when unusable."""
     check_args(args)
     device = policy_device(args.device)
     path = checkpoint_file(args.checkpoint)
     agent, config = load_policy(path, device)
-    env = env_for_evaluation(config, args)
+    return path, agent, env_for_evaluation(config, args), device
+
+
+def run(args: argparse.Namespace) -> tuple[BacktestResult, str]:
+    """The backtest the flags ask for, and the report's title."""
+    path, agent, env, device = prepare(args)
     actions = "sampled actions" if args.sample else "greedy actions"
     if args.data is not None:
         data, lo, hi = load_slice(args, env.window, env.feature_names)
@@ -267,11 +273,7 @@ def run(args: argparse.Namespace) -> tuple[BacktestResult, str]:
 
 def run_several(args: argparse.Namespace, files: list[str]) -> tuple[dict[str, BacktestResult], str]:
     """The backtest of each instrument (the same checkpoint, slice dates and costs), by name."""
-    check_args(args)
-    device = policy_device(args.device)
-    path = checkpoint_file(args.checkpoint)
-    agent, config = load_policy(path, device)
-    env = env_for_evaluation(config, args)
+    path, agent, env, device = prepare(args)
     results = {}
     for file in files:
         one = argparse.Namespace(**{**vars(args), "data": Path(file)})
@@ -296,21 +298,32 @@ def default_prog() -> Optional[str]:
     return "evaluate-ppo-lstm" if os.path.basename(sys.argv[0]) == "evaluate-ppo-lstm" else None
 
 
-def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
-    """The CLI; returns the exit code (2 for bad input, one line on stderr)."""
-    parser = build_parser(prog or default_prog())
+def settings_or_exit(parser: argparse.ArgumentParser, argv: Optional[list[str]], verb: str,
+                     ) -> tuple[Optional[argparse.Namespace], int]:
+    """The front of a command with ``--config`` and ``--json`` (evaluate-ppo-lstm, predict-ppo-lstm): its settings
+    and 0 to go on, or None and the exit code when it is done (a bad file: one line on stderr,
+    2; ``--print-config``: the settings printed, 0). Prints the file's start-up line, on
+    stderr under ``--json`` so that stdout stays one JSON object."""
     try:
         parsed = parse_args(parser, argv)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    args = parsed.namespace
+        return None, EXIT_USAGE
     if parsed.print_config:
-        sys.stdout.write(dump_settings(parser, vars(args), ("Resolved settings; evaluate with: --config FILE",)))
-        return 0
+        sys.stdout.write(dump_settings(parser, vars(parsed.namespace), (f"Resolved settings; {verb} with: "
+                                                                        f"--config FILE",)))
+        return None, 0
     note = parsed.describe()
-    if note is not None:  # --json keeps stdout one JSON object
-        print(note, file=sys.stderr if args.json else sys.stdout)
+    if note is not None:
+        print(note, file=sys.stderr if parsed.namespace.json else sys.stdout)
+    return parsed.namespace, 0
+
+
+def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
+    """The CLI; returns the exit code (2 for bad input, one line on stderr)."""
+    args, code = settings_or_exit(build_parser(prog or default_prog()), argv, "evaluate")
+    if args is None:
+        return code
     try:
         if args.data is not None:
             try:

@@ -92,8 +92,10 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, write: Any) -> None:
-    """Write a file via ``write(fileobj)`` to a temp file, fsync, then rename over ``path``."""
+def atomic_write_bytes(path: Path, write: Any,
+                       advice: str = "free some disk space or choose another --checkpoint-dir") -> None:
+    """Write a file via ``write(fileobj)`` to a temp file, fsync, then rename over ``path``.
+    A failure is a :class:`CheckpointError` naming the file, the reason and ``advice``."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as handle:
@@ -104,8 +106,7 @@ def atomic_write_bytes(path: Path, write: Any) -> None:
         _fsync_dir(path.parent)
     except OSError as err:
         tmp.unlink(missing_ok=True)
-        raise CheckpointError(f"could not write {path}: {err.strerror or err}; "
-                              f"free some disk space or choose another --checkpoint-dir") from None
+        raise CheckpointError(f"could not write {path}: {err.strerror or err}; {advice}") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
