@@ -128,7 +128,7 @@ def test_a_second_call_on_one_state_waits_then_is_refused(run: Path, capsys: pyt
     capsys.readouterr()
     decision = json.loads(saved)["decision"]
     lots = decision["target_position"] if decision else 0
-    monkeypatch.setattr(state_module, "STATE_LOCK_WAIT_S", 0.5)
+    monkeypatch.setattr(state_module, "STATE_LOCK_WAIT_S", 0.5, raising=False)
     child = hold_lock(tmp_path / "state.json.lock", 30)
     try:
         line = one_error(capsys, *args, "--fill", "100", lots, match=f"--state {state} is in use by another call")
@@ -138,7 +138,7 @@ def test_a_second_call_on_one_state_waits_then_is_refused(run: Path, capsys: pyt
         child.kill()
         child.wait()
     # a holder that lets go within the wait: the call goes on
-    monkeypatch.setattr(state_module, "STATE_LOCK_WAIT_S", 30.0)
+    monkeypatch.setattr(state_module, "STATE_LOCK_WAIT_S", 30.0, raising=False)
     child = hold_lock(tmp_path / "state.json.lock", 0.5)
     try:
         code, out, err = call(capsys, *args)

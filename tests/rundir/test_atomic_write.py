@@ -74,14 +74,11 @@ def test_a_failed_write_leaves_no_temp_file_and_the_old_file(tmp_path: Path) -> 
     assert target.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["best.pt"]
 
 
-def test_mode_follows_the_umask_and_stale_temp_names_are_recognised(tmp_path: Path) -> None:
-    old = os.umask(0o027)
-    try:
-        atomic_write_bytes(tmp_path / "a", lambda handle: handle.write(b"x"))
-    finally:
-        os.umask(old)
-    # the mode is read once, at import, from the process umask (mkstemp alone would give 0o600)
-    assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o666 & ~old
+def test_the_mode_is_a_plain_opens_and_stale_temp_names_are_recognised(tmp_path: Path) -> None:
+    atomic_write_bytes(tmp_path / "a", lambda handle: handle.write(b"x"))
+    (tmp_path / "b").write_bytes(b"x")
+    assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == stat.S_IMODE((tmp_path / "b").stat().st_mode)
+    (tmp_path / "b").unlink()
     for name in ("latest", "best.pt", "checkpoint_u00000002.pt", "config.yaml", "metrics.csv"):
         fd, _ = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=tmp_path)
         os.close(fd)
