@@ -43,7 +43,8 @@ JSON file (atomically). It carries a fingerprint of the policy (its weights and
 settings), the costs, ``start``, the feature normaliser's constants and its last
 ``FEATURE_WINDOW`` raw rows (NaN written as null), and a SHA-256 chain of every bar
 consumed (time, OHLCV and feature values), so a state is refused by another policy or
-normaliser, and a file whose earlier bars differ is refused by ``verify_history``.
+normaliser, and a file whose earlier bars differ is refused by ``verify_history``; and the
+SHA-256 of all the rest (``state_digest``), so a state edited after it was written is refused.
 The parts: ``decision.py`` (``Decision``), ``spec.py`` (``PolicySpec``, the fingerprint,
 the network step), ``bars.py`` (checking the bars and feature values fed in),
 ``windows.py`` (the return and feature windows), ``book.py`` (the paper account) and
@@ -71,8 +72,8 @@ from .bars import (FeatureValues, Source, as_market_data, bar_time_ns, bar_value
 from .book import PaperBook
 from .decision import Decision
 from .spec import PolicySpec, StepFn, TorchStep, checkpoint_fingerprint, checkpoint_step
-from .state import (STATE_FORMAT, STATE_VERSION, BarChain, bar_records, chain_digest, check_owner, check_state,
-                    policy_entry, read_state_file, write_state_file)
+from .state import (STATE_FORMAT, STATE_VERSION, BarChain, bar_records, chain_digest, check_owner, check_seal,
+                    check_state, policy_entry, read_state_file, seal, write_state_file)
 from .windows import FeatureWindow, ReturnWindow, feature_constants
 
 __all__ = [  # the names importable from here: the class, and those its callers import from this module
@@ -284,21 +285,24 @@ class TradingPolicy:
     def state_dict(self) -> dict[str, Any]:
         """The stream's whole state as plain JSON data (see the module docstring)."""
         chain, book = self._chain, self._book
-        return {
+        return seal({
             "format": STATE_FORMAT, "version": STATE_VERSION,
             "policy": policy_entry(self.spec, self.env), **chain.state(), **self._returns.state(),
             "opened": book.opened, "ledger": book.ledger_state(),
             "features": self._features.state(), "lstm": {"h": self._h[0].tolist(), "c": self._c[0].tolist()},
             "action": int(book.action[0]), "fill": None if book.fill is None else list(book.fill),
             "bust": book.bust, "decision": None if self._decision is None else self._decision._state(),
-        }
+        })
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore ``state_dict()`` output. UsageError (one line) for a state of another policy,
-        backend, costs or feature set, or one that is not a state of this format."""
-        check_state(state, self.spec, self.env)
+    def load_state_dict(self, state: dict[str, Any]) -> int:
+        """Restore ``state_dict()`` output; returns its format version (1: unsealed, read as it is).
+        UsageError (one line) for a state of another policy, backend, costs or feature set, one
+        that is not a state of this format, or one edited after it was written (its seal)."""
+        version = check_state(state, self.spec, self.env)
         try:
             self._restore(state)
+            check_seal(state, version)
+            return version
         except UsageError:
             self.reset()
             raise
@@ -329,11 +333,12 @@ class TradingPolicy:
         """Write ``state_dict()`` to ``path`` as JSON, atomically (a temp file renamed over it)."""
         write_state_file(path, self.state_dict())
 
-    def load_state(self, path: str | os.PathLike) -> None:
-        """Restore a state file written by :meth:`save_state` (JSON: nothing in it is executed)."""
+    def load_state(self, path: str | os.PathLike) -> int:
+        """Restore a state file written by :meth:`save_state` (JSON: nothing in it is executed);
+        returns its format version."""
         state = read_state_file(path)
         try:
-            self.load_state_dict(state)
+            return self.load_state_dict(state)
         except UsageError as err:
             raise UsageError(f"{Path(path)}: {err}") from None
 

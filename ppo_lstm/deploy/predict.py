@@ -10,7 +10,9 @@ file from the same ``--start``; the last one is printed. With ``--state FILE`` t
 stream's state is saved there, and a later call on the same file with new bars
 appended consumes only the new bars (and prints what a call from scratch prints). A
 state is refused (one line, exit 2) by another checkpoint or route, other costs or
-``--start``, or a file whose earlier bars are not the ones it consumed.
+``--start``, a file whose earlier bars are not the ones it consumed, or a state edited
+after it was written. Two calls on one ``--state`` take turns (``<state>.lock``); one
+that waits more than 10 s is refused.
 
 A policy trained with ``--features`` reads those columns of the file (by name, as
 training did; a file lacking one is refused, naming it), and decides from the first bar
@@ -31,6 +33,7 @@ from ..config_file import add_config_options
 from ..evaluation.cli import settings_or_exit
 from ..errors import EXIT_USAGE, OneLineParser, UsageError, one_line
 from .policy import Decision, TradingPolicy, as_market_data, parse_start
+from .state import STATE_VERSION, state_lock
 
 
 def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
@@ -96,13 +99,22 @@ def too_few(policy: TradingPolicy, source: str, bars: int, start: Optional[str])
 
 
 def run(args: argparse.Namespace) -> tuple[TradingPolicy, Decision, int]:
-    """The policy after the file's bars, its last decision and how many bars this call consumed."""
-    if args.state is not None:
-        check_state_path(args.state)
+    """The policy after the file's bars, its last decision and how many bars this call consumed
+    (with --state: under its lock, so two calls never interleave their reads and writes)."""
+    if args.state is None:
+        return _run(args)
+    check_state_path(args.state)
+    with state_lock(args.state):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> tuple[TradingPolicy, Decision, int]:
     policy = load(args)
     data = as_market_data(args.data, args.date_format, policy.spec.features)
     if args.state is not None and args.state.exists():
-        policy.load_state(args.state)
+        if policy.load_state(args.state) < STATE_VERSION:
+            print(f"note: --state {args.state} is an unsealed version-1 state; it is written back as version "
+                  f"{STATE_VERSION}, sealed", file=sys.stderr)
         start = None if args.start is None else parse_start(args.start)
         if start != policy.start:
             was = "no --start" if policy.start is None else f"--start {policy.start.isoformat()}"

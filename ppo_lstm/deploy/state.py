@@ -4,14 +4,19 @@ The state is plain JSON data (``TradingPolicy.state_dict``). ``check_state`` ref
 data that is not a state of this format and version, or one written by another policy,
 route, feature set or costs (``check_owner``). ``BarChain`` counts the bars consumed and
 hashes each in turn (``bar_records``: time, OHLCV and feature values; ``chain_digest``),
-so ``BarChain.verify`` refuses a file whose earlier bars differ. ``write_state_file``
-and ``read_state_file`` write it atomically and read it back (JSON: nothing in it is
-executed).
+so ``BarChain.verify`` refuses a file whose earlier bars differ. ``seal`` adds the
+SHA-256 of everything else in the state (the derived state too: position, cash, bust,
+windows, normaliser, LSTM state), and ``check_seal`` refuses a state edited after it was
+written. ``state_lock`` lets one call at a time use a state file.
+``write_state_file`` and ``read_state_file`` write it atomically and read it back
+(JSON: nothing in it is executed; NaN, Infinity and out-of-range numbers are refused).
+A version-1 state (no seal) is read as it is, and written back sealed.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import asdict
 from pathlib import Path
@@ -25,11 +30,15 @@ from envs.data import MarketData
 
 from ..errors import UsageError, one_line
 from ..rundir.checkpoint import CheckpointError, atomic_write_bytes
+from ..rundir.lock import waiting_lock
 from .bars import features_of
 from .spec import PolicySpec
 
 STATE_FORMAT = "ppo-lstm-trader policy state"
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: sealed (``state_digest``); 1 (no seal) is read and written back as 2
+READ_VERSIONS = (1, 2)
+SEAL_KEY = "state_digest"
+STATE_LOCK_WAIT_S = 10.0  # how long a call waits for another one using the same state file
 _NS = np.dtype("datetime64[ns]")
 
 
@@ -118,14 +127,43 @@ class BarChain:
                              f"its history was revised (e.g. re-adjusted prices); start a new state")
 
 
-def check_state(state: Any, spec: PolicySpec, env: EnvConfig) -> None:
-    """UsageError unless ``state`` is a policy state of this format and version written by this
-    policy (``spec``) with these settings (``env``)."""
+def check_state(state: Any, spec: PolicySpec, env: EnvConfig) -> int:
+    """UsageError unless ``state`` is a policy state of this format and a version this one reads,
+    written by this policy (``spec``) with these settings (``env``). Returns its version."""
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         raise UsageError("not a policy state (no 'format': 'ppo-lstm-trader policy state')")
-    if state.get("version") != STATE_VERSION:
-        raise UsageError(f"policy state version {state.get('version')!r}; this version reads {STATE_VERSION}")
+    version = state.get("version")
+    if version not in READ_VERSIONS or isinstance(version, bool):
+        raise UsageError(f"policy state version {version!r}; this version reads {', '.join(map(str, READ_VERSIONS))}")
     check_owner(state.get("policy"), spec, env)
+    return int(version)
+
+
+def state_seal(state: dict[str, Any]) -> str:
+    """The SHA-256 (hex) of ``state`` without its seal: its canonical JSON (sorted keys, no spaces;
+    floats as ``repr``, which a JSON round trip keeps)."""
+    body = {key: value for key, value in state.items() if key != SEAL_KEY}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def seal(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with its seal (``state_digest``) added."""
+    return {**state, SEAL_KEY: state_seal(state)}
+
+
+def check_seal(state: dict[str, Any], version: int) -> None:
+    """UsageError unless a state of ``version`` 2 carries the seal of its contents (version 1 has none)."""
+    if version < 2:
+        return
+    try:
+        fits = state.get(SEAL_KEY) == state_seal(state)
+    except ValueError:  # a non-finite number (only from a dict in memory: the file reader refuses them)
+        fits = False
+    if not fits:
+        raise UsageError(f"its contents do not match its '{SEAL_KEY}': the state was edited or damaged after "
+                         f"predict-ppo-lstm wrote it; rebuild it with one call on the data file and the same "
+                         f"--start, naming a new --state")
 
 
 def policy_entry(spec: PolicySpec, env: EnvConfig) -> dict[str, Any]:
@@ -171,13 +209,43 @@ def write_state_file(path: str | os.PathLike, state: dict[str, Any]) -> None:
         raise UsageError(f"the state file: {err}") from None
 
 
+def state_lock(path: str | os.PathLike) -> Any:
+    """A context manager that holds ``<path>.lock`` (an exclusive ``flock``): one call at a time
+    reads, updates and writes the state; a second waits up to :data:`STATE_LOCK_WAIT_S`
+    seconds, then is refused (UsageError, one line)."""
+    path = Path(path)
+    wait = STATE_LOCK_WAIT_S
+    return waiting_lock(path.with_name(path.name + ".lock"), wait,
+                        f"--state {path} is in use by another call (still locked after {wait:g} s: "
+                        f"{path.name}.lock); run the calls one after the other")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text} is out of range")
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"the literal {name}")
+
+
 def read_state_file(path: str | os.PathLike) -> Any:
-    """The JSON data of a state file (UsageError, one line, when it cannot be read as JSON)."""
+    """The JSON data of a state file (UsageError, one line, when it cannot be read as JSON, or holds
+    NaN, Infinity or a number out of a float's range: a state's numbers are finite)."""
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"), parse_float=_finite, parse_constant=_no_constant)
     except FileNotFoundError:
         raise UsageError(f"state file {path} not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+    except json.JSONDecodeError as err:
         raise UsageError(f"{path}: not a policy state file ({one_line(err)}); delete it to start a new "
                          f"state") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UsageError(f"{path}: not a policy state file ({one_line(err)}); delete it to start a new "
+                         f"state") from None
+    except ValueError as err:
+        raise UsageError(f"{path}: holds {err}, and a policy state holds finite numbers only: it was edited or "
+                         f"damaged; rebuild it with one call on the data file and the same --start, naming a new "
+                         f"--state") from None

@@ -120,7 +120,7 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
                           "instruments: one file, an instrument column first, each instrument's rows in turn)")
     out.add_argument("--plot", type=Path, metavar="PNG", help="draw price with trades, equity and drawdown "
                      "(needs matplotlib: the 'plot' extra; several instruments: one PNG each, named "
-                     "<PNG stem>-<instrument file stem>.png)")
+                     "<PNG stem>-<instrument file stem>.png, or -<file name>.png where two share a stem)")
     return parser
 
 
@@ -284,14 +284,21 @@ def run_several(args: argparse.Namespace, files: list[str]) -> tuple[dict[str, B
     return results, f"Backtest of {path} on {len(files)} instruments ({actions})"
 
 
-def plot_path(base: Path, name: str) -> Path:
-    """Where --plot draws one of several instruments: ``<stem>-<instrument stem>.png`` beside ``base``."""
-    stem = name
-    for suffix in (".csv.gz", ".csv", ".parquet", ".pq"):
-        if stem.lower().endswith(suffix):
-            stem = stem[: -len(suffix)]
-            break
-    return base.with_name(f"{base.stem}-{stem}{base.suffix or '.png'}")
+def plot_paths(base: Path, names: list[str]) -> dict[str, Path]:
+    """Where --plot draws each of several instruments: ``<stem>-<instrument stem>.png`` beside
+    ``base``; an instrument whose stem another shares (``X.csv`` and ``X.csv.gz``) keeps its
+    whole file name (``<stem>-X.csv.png``, ``<stem>-X.csv.gz.png``), so no plot overwrites another."""
+    stems = {}
+    for name in names:
+        stem = name
+        for suffix in (".csv.gz", ".csv", ".parquet", ".pq"):
+            if stem.lower().endswith(suffix):
+                stem = stem[: -len(suffix)]
+                break
+        stems[name] = stem
+    shared = {stem.lower() for stem in stems.values() if sum(s.lower() == stem.lower() for s in stems.values()) > 1}
+    return {name: base.with_name(f"{base.stem}-{name if stem.lower() in shared else stem}{base.suffix or '.png'}")
+            for name, stem in stems.items()}
 
 
 def default_prog() -> Optional[str]:
@@ -365,9 +372,8 @@ def _report_several(args: argparse.Namespace, files: list[str]) -> int:
         if not args.json:
             print(f"equity curves: {args.equity_csv}")
     if args.plot is not None:
-        for name, result in results.items():
-            out = plot_path(args.plot, name)
-            plot(result, f"{title}: {name}", out)
+        for name, out in plot_paths(args.plot, list(results)).items():
+            plot(results[name], f"{title}: {name}", out)
             if not args.json:
                 print(f"plot: {out}")
     return 0

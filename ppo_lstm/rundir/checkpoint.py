@@ -4,9 +4,10 @@ A checkpoint is a dict of plain containers and tensors only (numpy arrays are
 stored as tensors), so it loads with ``torch.load(..., weights_only=True)``: a
 crafted pickle cannot run code.
 
-Every file is written to a temporary name in the same directory, fsynced, then
-``os.replace``-d into place (and the directory fsynced), so a kill at any moment
-leaves the previous checkpoint and the ``latest`` pointer intact.
+Every file is written to a temporary file created exclusively (``tempfile.mkstemp``: a
+random name, ``O_EXCL``, so a planted file or symlink is never followed) in the same
+directory, fsynced, then ``os.replace``-d into place (and the directory fsynced), so a kill
+at any moment leaves the previous checkpoint and the ``latest`` pointer intact.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import datetime
 import os
 import re
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
@@ -30,10 +32,12 @@ RUN_CONFIG_NAME = "config.yaml"  # the run's resolved settings, a --config file
 TENSORBOARD_NAME = "tb"
 LOCK_NAME = ".lock"
 PREVIOUS_PREFIX = "previous-"
-# What a killed writer of this project can leave: ".<target>.<pid>.tmp" for each file written
-# atomically, and the ".write-test.<pid>" probe of the start-up check.
+# What a killed writer of this project can leave: ".<target>.<random>.tmp" for each file written
+# atomically (mkstemp's 8 characters; older versions wrote ".<target>.<pid>.tmp"), and the
+# ".write-test.<pid>" probe of the start-up check.
 OWN_TEMP_PATTERN = re.compile(
-    r"^\.(?:(?:checkpoint_u\d{8}\.pt|latest|best\.pt|config\.yaml|\.write-test\.\d+)\.\d+\.tmp|write-test\.\d+)$")
+    r"^\.(?:(?:checkpoint_u\d{8}\.pt|latest|best\.pt|config\.yaml|metrics\.csv|\.write-test\.\d+)"
+    r"\.(?:\d+|[a-z0-9_]{8})\.tmp|write-test\.\d+)$")
 _NDARRAY_TAG = "__ndarray__"
 
 
@@ -92,23 +96,42 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def _file_mode() -> int:
+    """The mode a plain ``open`` gives a new file under the process umask (mkstemp gives 0o600)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+_FILE_MODE = _file_mode()  # read once: changing the umask for a moment is not thread-safe
+
+
 def atomic_write_bytes(path: Path, write: Any,
                        advice: str = "free some disk space or choose another --checkpoint-dir") -> None:
-    """Write a file via ``write(fileobj)`` to a temp file, fsync, then rename over ``path``.
-    A failure is a :class:`CheckpointError` naming the file, the reason and ``advice``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Write a file via ``write(fileobj)`` to a temp file made by ``tempfile.mkstemp`` beside
+    ``path`` (exclusive, a random name: nothing there is followed or overwritten), fsync, then
+    rename over ``path``; the temp file is removed on any failure. A failure is a
+    :class:`CheckpointError` naming the file, the reason and ``advice``."""
+    path = Path(path)
+    tmp: Optional[Path] = None
     try:
-        with open(tmp, "wb") as handle:
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        tmp = Path(name)
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), _FILE_MODE)
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+        tmp = None
         _fsync_dir(path.parent)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise CheckpointError(f"could not write {path}: {err.strerror or err}; {advice}") from None
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import io
 import json
 import os
 import sys
@@ -15,6 +16,7 @@ from tqdm import tqdm
 
 from ..algo.episodes import EpisodeTotals
 from ..errors import UsageError
+from .checkpoint import CheckpointError, atomic_write_bytes
 
 UPDATE_COLUMNS = (
     "update", "episodes", "env_steps", "wall_time_s", "policy_loss", "value_loss", "entropy", "approx_kl",
@@ -113,14 +115,14 @@ def upgrade_metrics_header(path: Path) -> tuple[str, ...]:
             return old
         rows = list(reader)
     columns = METRIC_COLUMNS + tuple(c for c in old if c not in METRIC_COLUMNS)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temp, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows({key: row.get(key) or "" for key in columns} for row in rows)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temp, path)
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows({key: row.get(key) or "" for key in columns} for row in rows)
+    try:
+        atomic_write_bytes(path, lambda handle: handle.write(text.getvalue().encode("utf-8")))
+    except CheckpointError as err:
+        raise UsageError(str(err)) from None
     return columns
 
 

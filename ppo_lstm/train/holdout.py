@@ -14,12 +14,16 @@ runs exactly that backtest (:meth:`Holdout.evaluate_command`).
 With several instruments (``--data A.csv B.csv``, or a directory), the hold-out is ONE cut
 in time for all of them (:func:`split_instruments`): the selected bars of every instrument
 are pooled, and the cut is the stamp of the first of the last ``round(holdout * pooled)``
-of them; every bar at or after it is held out (so bars of other instruments at the same
-stamp are too), every bar before it may train. So no
-training bar of any instrument is later than the first held-out bar of any other (markets
-move together). Each instrument's hold-out is backtested on its own; the hold-out line
-gives the mean over instruments of each figure, metrics.csv adds every instrument's
-figures (columns ``<file name>:holdout_...``) and best.pt is the best mean return.
+of them; every bar that starts at or after it is held out (so bars of other instruments at
+the same stamp are too), every bar that ends by it may train (:func:`bar_ends`: a stamp is
+a bar's start, a bar lasts the file's median spacing). A bar that starts before the cut and
+ends after it (a daily bar of the cut's day beside hourly bars) is neither trained on nor
+scored (``DataSplit.gap``). So no training bar of any instrument ends later than the first
+held-out bar of any other starts (markets move together). Each instrument's hold-out is
+backtested on its own; the hold-out line gives the mean over instruments of each figure,
+metrics.csv adds every instrument's figures (columns ``<file name>:holdout_...``) and
+best.pt is the best mean return. An instrument the cut leaves fewer than ``window + 2``
+held-out bars is warned about at start-up and left out of the means (unless all are).
 
 Without ``--data``, the hold-out is :func:`ppo_lstm.evaluation.backtest.backtest_simulated` on
 ``--holdout-episodes`` paths of the training market seeded by
@@ -56,10 +60,11 @@ class DataSplit:
     lo: int
     split: int
     hi: int
+    gap: int = 0  # bars before ``split`` that span the cut of several instruments: neither trained on nor scored
 
     @property
     def train_span(self) -> tuple[int, int]:
-        return self.lo, self.split
+        return self.lo, self.split - self.gap
 
     @property
     def holdout_bars(self) -> int:
@@ -120,11 +125,14 @@ def split_instruments(datas: Sequence[MarketData], config: TrainConfig) -> list[
     splits = []
     for data, (lo, hi) in zip(datas, spans):
         split = hi if cut is None else int(np.clip(np.searchsorted(data.timestamps, cut, side="left"), lo, hi))
+        # a bar that starts before the cut but ends after it (a daily bar of the cut's day beside hourly bars)
+        trained = split if cut is None else int(np.clip(np.searchsorted(bar_ends(data.timestamps), cut, "right"),
+                                                        lo, split))
         first = max(lo, data.first_defined - env.window) if env.feature_names else lo
-        if split - first < needed:
+        if trained - first < needed:
             where = f"before the hold-out's cut at {_day(cut)}" if cut is not None else "selected"
             raise UsageError(
-                f"{data.source}: {max(0, split - first)} bars of this instrument are {where}; one training episode "
+                f"{data.source}: {max(0, trained - first)} bars of this instrument end {where}; one training episode "
                 f"needs window + episode-length + 1 = {needed}; lower --holdout, --window or --episode-length, "
                 f"narrow --data-start, or leave the instrument out")
         if cut is not None and hi - split < MIN_HOLDOUT_BARS:
@@ -132,8 +140,20 @@ def split_instruments(datas: Sequence[MarketData], config: TrainConfig) -> list[
                 f"{data.source}: {hi - split} bars of this instrument are at or after the hold-out's cut at "
                 f"{_day(cut)} (one cut in time for all instruments); a hold-out needs at least {MIN_HOLDOUT_BARS}; "
                 f"set --data-end to a date all instruments reach, or leave the instrument out")
-        splits.append(DataSplit(lo, split, hi))
+        splits.append(DataSplit(lo, split, hi, split - trained))
     return splits
+
+
+def bar_ends(stamps: np.ndarray) -> np.ndarray:
+    """[n] datetime64: when each bar of ``stamps`` [n] (its start times, increasing) ends: its
+    start plus the file's usual bar length (the median spacing), but no later than the next
+    bar's start (a gap, such as a weekend, is not part of a bar)."""
+    stamps = np.asarray(stamps)
+    if len(stamps) < 2:
+        return stamps.copy()
+    spacing = np.diff(stamps)
+    return np.minimum(stamps + np.median(spacing.astype(np.int64)).astype(spacing.dtype),
+                      np.r_[stamps[1:], stamps[-1:] + spacing.max()])
 
 
 def load_training_data(config: TrainConfig) -> tuple[list[MarketData], list[DataSplit]]:
@@ -150,13 +170,16 @@ def load_training_data(config: TrainConfig) -> tuple[list[MarketData], list[Data
 
 @dataclass
 class InstrumentsResult:
-    """The hold-out backtests of several instruments, by instrument name."""
+    """The hold-out backtests of several instruments, by instrument name; ``counted``: the names
+    the means are taken over (None: all)."""
 
     results: dict[str, BacktestResult]
+    counted: Optional[tuple[str, ...]] = None
 
     def mean(self, figure: str, of: str = "agent") -> Optional[float]:
-        """Equal-weight mean of one figure over the instruments where it is defined (None if nowhere)."""
-        values = [getattr(getattr(r, of), figure) for r in self.results.values()]
+        """Equal-weight mean of one figure over the counted instruments where it is defined (None if nowhere)."""
+        names = self.results if self.counted is None else self.counted
+        values = [getattr(getattr(self.results[n], of), figure) for n in names]
         values = [float(v) for v in values if v is not None and math.isfinite(v)]
         return sum(values) / len(values) if values else None
 
@@ -187,6 +210,32 @@ class Holdout:
         """How many instruments are held out (0: simulated)."""
         return len(self.datas) if self.datas else 0
 
+    def short_holdouts(self) -> dict[str, int]:
+        """Instruments the cut leaves fewer than ``window + 2`` held-out bars, by name: their held-out bars."""
+        if self.instruments < 2:
+            return {}
+        assert self.datas is not None and self.splits is not None
+        return {instrument_name(d.source): s.holdout_bars for d, s in zip(self.datas, self.splits)
+                if s.holdout_bars < self.env.window + 2}
+
+    def counted(self) -> Optional[tuple[str, ...]]:
+        """The instruments the hold-out means (and so best.pt) are taken over: those with at
+        least ``window + 2`` held-out bars, or all when none has (None: all)."""
+        short = self.short_holdouts()
+        assert self.datas is not None or not short
+        kept = tuple(n for n in map(instrument_name, (d.source for d in self.datas or ())) if n not in short)
+        return kept if short and kept else None
+
+    def warnings(self) -> list[str]:
+        """One start-up line per instrument with a short hold-out: its numbers and what is done with it."""
+        short, kept = self.short_holdouts(), self.counted()
+        need = self.env.window + 2
+        fate = ("its figures are in metrics.csv, but it is left out of the mean that picks best.pt" if kept else
+                "every instrument has as few, so the mean counts them all")
+        return [f"Warning: {name} keeps {bars} held-out bars after the one cut in time, fewer than window + 2 = "
+                f"{need}; {fate} (lower --data-end to a date every instrument reaches, or raise --holdout)"
+                for name, bars in short.items()]
+
     @classmethod
     def of(cls, config: TrainConfig, data: Union[MarketData, Sequence[MarketData], None],
            split: Union[DataSplit, Sequence[DataSplit], None]) -> Optional["Holdout"]:
@@ -207,7 +256,7 @@ class Holdout:
                 lo, hi = split.backtest_span(self.env.window)
                 results[instrument_name(data.source)] = backtest_history(agent, self.env, data, lo, hi, greedy=True,
                                                                          device=device)
-            return InstrumentsResult(results)
+            return InstrumentsResult(results, self.counted())
         if self.data is not None:
             assert self.split is not None
             lo, hi = self.split.backtest_span(self.env.window)
@@ -227,7 +276,9 @@ class Holdout:
         if self.instruments > 1:
             assert self.datas is not None and self.splits is not None
             first = min(d.timestamps[s.split] for d, s in zip(self.datas, self.splits))
-            parts = ", ".join(f"{instrument_name(d.source)} {s.holdout_bars} bars (training {s.split - s.lo})"
+            parts = ", ".join(f"{instrument_name(d.source)} {s.holdout_bars} bars (training {s.train_span[1] - s.lo}"
+                              + (f"; its bar of {_day(d.timestamps[s.split - 1])} spans the cut: neither trained "
+                                 f"on nor scored" if s.gap else "") + ")"
                               for d, s in zip(self.datas, self.splits))
             return (f"Hold-out: one cut in time for all {self.instruments} instruments: bars from {_day(first)} on are "
                     f"kept out of training ({parts}). Each checkpoint is backtested on every instrument's hold-out; "
@@ -303,12 +354,16 @@ def holdout_line(episode: int, result: HoldoutResult) -> str:
                 f"{'-' if sharpe is None else f'{sharpe:.2f}'}, "
                 f"Max DD: {_pct(result.mean('max_drawdown_pct'), signed=False)}, "
                 f"Buy&Hold: {_pct(result.mean('total_return_pct', 'buy_and_hold'))} "
-                f"(mean of {len(result.results)} instruments)")
+                f"(mean of {_counted(result)}{len(result.results)} instruments)")
     agent = result.agent
     sharpe = "-" if agent.sharpe is None else f"{agent.sharpe:.2f}"
     return (f"Holdout @ episode {episode} - Return: {_pct(agent.total_return_pct)}, Sharpe: {sharpe}, "
             f"Max DD: {_pct(agent.max_drawdown_pct, signed=False)}, "
             f"Buy&Hold: {_pct(result.buy_and_hold.total_return_pct)}")
+
+
+def _counted(result: InstrumentsResult) -> str:
+    return "" if result.counted is None else f"{len(result.counted)} of "
 
 
 def holdout_columns(result: HoldoutResult) -> dict[str, Any]:

@@ -3,6 +3,7 @@ and rank 0's end-of-run summary (where best.pt is and the command that evaluates
 from __future__ import annotations
 
 import math
+import shlex
 from pathlib import Path
 from typing import Any, Optional
 
@@ -36,7 +37,7 @@ def startup_lines(config: TrainConfig, world_size: int, rank: int, state: RunSta
         lines.append(f"Markets: every worker trades --data, since --features {c.env.features} reads its columns "
                      f"and a simulated market has none")
     if holdout is not None:
-        lines.append(holdout.describe())
+        lines += [holdout.describe(), *holdout.warnings()]
     elif rank == 0:
         lines.append("Hold-out: none (--holdout 0 or --holdout-episodes 0); best.pt is the checkpoint whose "
                      "period had the best mean training return")
@@ -72,10 +73,14 @@ def summary_lines(config: TrainConfig, last: Optional[Path], holdout: Optional[H
     if not best.is_file():
         return lines + ["No best.pt: no checkpoint period finished an episode"]
     if holdout is None:
-        data = f" --data {config.data}" if config.data else ""
+        words = ["evaluate-ppo-lstm", "--checkpoint", str(best)]
+        if config.data:
+            words += ["--data", *([config.data] if isinstance(config.data, str) else config.data)]
+            if config.date_format:
+                words += ["--date-format", config.date_format]
         return lines + [f"Best checkpoint: {best} (best mean training return of a checkpoint period; no "
                         f"hold-out, so this is in-sample)",
-                        f"Evaluate it: evaluate-ppo-lstm --checkpoint {best}{data}"]
+                        f"Evaluate it: {' '.join(shlex.quote(str(w)) for w in words)}"]
     figures = f": {best_holdout['line']}" if best_holdout else ""
     commands = holdout.evaluate_commands(str(best))
     if len(commands) == 1:
