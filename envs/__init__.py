@@ -34,7 +34,7 @@ _DATA_NAMES = ("MarketData", "DataError", "load_ohlcv")
 def __getattr__(name: str) -> Any:
     """Lazy access to the data-loading names (``envs.data``)."""
     if name in _DATA_NAMES:
-        from envs import data
+        from envs.data import loading as data
 
         return getattr(data, name)
     raise AttributeError(f"module 'envs' has no attribute {name!r}")

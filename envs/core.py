@@ -17,9 +17,9 @@ import numpy as np
 
 from envs.config import EnvConfig
 from envs.ledger import Ledger
-from envs.market import Market
-from envs.market_history import HistoricalMarket
-from envs.market_sim import SimulatedMarket
+from envs.markets.base import Market
+from envs.markets.historical import HistoricalMarket
+from envs.markets.simulated import SimulatedMarket
 from envs.observation import Observer
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from envs.config import EnvConfig
-from envs.data import DataError, MarketData, _parse_date, load_ohlcv
+from envs.data.loading import DataError, MarketData, _parse_date, load_ohlcv
 
 from ..errors import UsageError, one_line
 

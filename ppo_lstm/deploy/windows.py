@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.features import FEATURE_CLIP, FEATURE_WINDOW, STD_FLOOR_ABS, STD_FLOOR_REL, feature_zscores
+from envs.data.features import FEATURE_CLIP, FEATURE_WINDOW, STD_FLOOR_ABS, STD_FLOOR_REL, feature_zscores
 from envs.observation import normalised_returns
 
 from ..errors import UsageError

@@ -37,7 +37,7 @@ import pandas as pd
 import torch
 
 from envs.data import DataError, MarketData, date_span
-from envs.instruments import instrument_name, load_instruments
+from envs.data.instruments import instrument_name, load_instruments
 
 from ..algo.agent import RecurrentActorCritic
 from ..evaluation.backtest import BacktestResult, backtest_history, backtest_simulated

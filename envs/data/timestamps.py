@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 from pandas.tseries.api import guess_datetime_format
 
-from envs.data_context import _Ctx, _more, _show
+from envs.data.errors import _Ctx, _more, _show
 
 
 _DATES_DAY_FIRST = ("%d.%m.%Y", "%m.%d.%Y", "%d.%m.%y", "%m.%d.%y")

@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from envs.data_context import _Ctx, _more, _show
+from envs.data.errors import _Ctx, _more, _show
 
 
 def _numeric(ctx: _Ctx, col: str, raw: pd.Series) -> np.ndarray:

@@ -14,11 +14,11 @@ import numpy as np
 
 from envs.accumulate import accumulate_time
 from envs.config import EnvConfig
-from envs.market import Market, Rows
+from envs.markets.base import Market, Rows
 from envs.observation import normalise_paths
-from envs.simulated import (JUMP, REGIME, log_first_open, process_groups, process_index, process_log_returns,
+from envs.markets.processes import (JUMP, REGIME, log_first_open, process_groups, process_index, process_log_returns,
                             regime_drift)
-from envs.variates import VariatePool
+from envs.markets.variates import VariatePool
 
 _POOL_EPISODES = 8  # episodes of variates per pool refill
 

@@ -60,11 +60,11 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from envs.data_checks import _adjust, _check_ohlc, _check_positive, _check_scaled, _first_bad, _numeric
-from envs.data_columns import _PRICE_ALIASES, _VOLUME, _feature_columns, _find, _price_columns, _time_column
-from envs.data_context import DataError, _Ctx
-from envs.data_time import _parse_time
-from envs.features import first_defined_bar
+from envs.data.checks import _adjust, _check_ohlc, _check_positive, _check_scaled, _first_bad, _numeric
+from envs.data.columns import _PRICE_ALIASES, _VOLUME, _feature_columns, _find, _price_columns, _time_column
+from envs.data.errors import DataError, _Ctx
+from envs.data.features import first_defined_bar
+from envs.data.timestamps import _parse_time
 
 __all__ = ["DataError", "MarketData", "load_ohlcv", "date_span"]
 

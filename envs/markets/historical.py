@@ -15,10 +15,10 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from envs.config import EnvConfig
-from envs.features import feature_zscores
-from envs.market import Market, Rows
+from envs.data.features import feature_zscores
+from envs.markets.base import Market, Rows
 from envs.observation import normalised_returns
-from envs.variates import VariatePool
+from envs.markets.variates import VariatePool
 
 if TYPE_CHECKING:
     from envs.data import MarketData

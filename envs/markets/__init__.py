@@ -1,0 +1,1 @@
+"""Market sources: the prices of each episode, simulated or historical."""
