@@ -4,7 +4,7 @@ The core keeps only the clock (decisions ``t`` [N] taken this episode), the per-
 generators and the state format; ``TradingEnv`` is its N=1 view and
 ``VectorTradingEnv`` its N-env view, so the two agree bit for bit.
 
-* ``envs.market_sim`` / ``envs.market_history``: the prices of each episode;
+* ``envs.markets.simulated`` / ``envs.markets.historical``: the prices of each episode;
 * ``envs.ledger``: positions, lots, fills, fees, equity and the reward;
 * ``envs.observation``: the observation at each env's current bar.
 """

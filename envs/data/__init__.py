@@ -1,7 +1,17 @@
-"""Market data: loading OHLCV files and their feature columns.
+"""Market data: historical OHLCV files loaded, checked and turned into env inputs.
 
-``MarketData``, ``DataError``, ``load_ohlcv`` and ``date_span`` are imported from
-``envs.data.loading`` on first use, so importing the env does not import pandas.
+- ``loading.py``: ``load_ohlcv`` (a CSV, CSV.gz or Parquet file or a DataFrame to ``MarketData``),
+  sorting and checking the bars, ``date_span`` (date ranges);
+- ``columns.py``: which column is the time, each price, the volume and each ``--features`` column;
+- ``timestamps.py``: the time column's values to timestamps (formats, day-first, epochs);
+- ``checks.py``: the price checks and the Adj Close adjustment;
+- ``errors.py``: ``DataError`` and the file/row context of every message;
+- ``features.py``: ``--features``, the causal rolling z-score of each named column;
+- ``instruments.py``: ``--data`` paths (files or directories) to one data file per instrument.
+
+``MarketData``, ``DataError``, ``load_ohlcv`` and ``date_span`` are importable from
+``envs.data`` itself; they come from ``loading.py`` on first use, so the env (which
+needs only ``features.py``) does not import pandas.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 ``_numeric`` turns a column into float64; ``_check_positive``,
 ``_check_scaled`` and ``_check_ohlc`` check prices, and ``_first_bad``
 raises ``DataError`` for the earliest offending row over several vectorised
-checks (``envs.data`` uses it for volume too); ``_adjust`` puts the prices on
+checks (``envs.data.loading`` uses it for volume too); ``_adjust`` puts the prices on
 the Adj Close basis.
 
 Adjusted prices

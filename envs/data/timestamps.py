@@ -1,6 +1,6 @@
 """Timestamp parsing for the OHLCV loader: the time column's raw values to naive-UTC ``datetime64[ns]``.
 
-``_parse_time`` takes the raw values of the column ``envs.data`` found and
+``_parse_time`` takes the raw values of the column ``envs.data.loading`` found and
 returns them parsed, in file order, or raises ``DataError`` naming the first
 row it cannot read.
 

@@ -1,7 +1,7 @@
 """Simulated market source: a fresh seeded price path per episode.
 
-Paths come from ``envs.simulated`` (the processes), fed with variates drawn ahead
-from per-env pools (``envs.variates``): per episode 8 parameter uniforms (+ W+L+1
+Paths come from ``envs.markets.processes``, fed with variates drawn ahead
+from per-env pools (``envs.markets.variates``): per episode 8 parameter uniforms (+ W+L+1
 for regime/jump paths) and W+L+1 shock normals (+ W+L+1 for jump paths). Prices
 are kept time-major (``[bars, N]``: one bar of every env is contiguous), so while
 every env is at the same step a step reads plain rows, never gathers.

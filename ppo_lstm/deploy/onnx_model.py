@@ -66,7 +66,7 @@ def constants() -> dict[str, str]:
 
 
 def feature_constants() -> dict[str, str]:
-    """The feature columns' normalisation constants (``envs.features``), as this version applies them."""
+    """The feature columns' normalisation constants (``envs.data.features``), as this version applies them."""
     return {"feature_window": str(FEATURE_WINDOW), "feature_clip": repr(FEATURE_CLIP),
             "feature_std_floor_rel": repr(STD_FLOOR_REL), "feature_std_floor_abs": repr(STD_FLOOR_ABS)}
 
