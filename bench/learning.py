@@ -81,7 +81,7 @@ from bench import learning_baselines as rules  # noqa: E402
 from envs.config import EnvConfig  # noqa: E402
 from envs.core import TradingCore  # noqa: E402
 from envs.data import MarketData, load_ohlcv  # noqa: E402
-from envs.simulated import DEFAULTS, paths_from_noise, regime_drift  # noqa: E402
+from envs.markets.processes import DEFAULTS, paths_from_noise, regime_drift  # noqa: E402
 from ppo_lstm.evaluation.backtest import backtest_history, backtest_simulated, evaluation_seeds  # noqa: E402
 from ppo_lstm.algo.seeding import env_seeds  # noqa: E402
 

@@ -1,5 +1,15 @@
 """Trading environments: config, data loading, simulated markets, single and vector envs.
 
+- ``config.py``: ``EnvConfig``, every env option, its default, help text and validation;
+- ``core.py``: ``TradingCore``, N envs' clock and state around a market, a ledger and an observer;
+- ``ledger.py``: positions, FIFO lots, fills, fees, slippage, equity and the reward;
+- ``observation.py``: the observation (return window, position, PnL, time, features) and its space;
+- ``accumulate.py``: running sums along time over many envs, bit for bit NumPy's;
+- ``trading_env.py``: ``TradingEnv``, the gymnasium env (the N = 1 view of the core);
+- ``vector.py``: ``VectorTradingEnv``, the gymnasium vector env (the N-env view);
+- ``data/``: loading OHLCV files, their feature columns and several instruments;
+- ``markets/``: the price sources, simulated processes and historical files.
+
 Registered gymnasium ids (single env via ``gymnasium.make``, vector env via
 ``gymnasium.make_vec(id, num_envs=N, vectorization_mode="vector_entry_point")``):
 ``ppo_lstm_trader/Trading-v0`` (market from the config, default "mixed") and one per
@@ -32,9 +42,9 @@ _DATA_NAMES = ("MarketData", "DataError", "load_ohlcv")
 
 
 def __getattr__(name: str) -> Any:
-    """Lazy access to the data-loading names (``envs.data``)."""
+    """Lazy access to the data-loading names (``envs.data.loading``)."""
     if name in _DATA_NAMES:
-        from envs import data
+        from envs.data import loading as data
 
         return getattr(data, name)
     raise AttributeError(f"module 'envs' has no attribute {name!r}")

@@ -4,7 +4,7 @@ The core keeps only the clock (decisions ``t`` [N] taken this episode), the per-
 generators and the state format; ``TradingEnv`` is its N=1 view and
 ``VectorTradingEnv`` its N-env view, so the two agree bit for bit.
 
-* ``envs.market_sim`` / ``envs.market_history``: the prices of each episode;
+* ``envs.markets.simulated`` / ``envs.markets.historical``: the prices of each episode;
 * ``envs.ledger``: positions, lots, fills, fees, equity and the reward;
 * ``envs.observation``: the observation at each env's current bar.
 """
@@ -17,9 +17,9 @@ import numpy as np
 
 from envs.config import EnvConfig
 from envs.ledger import Ledger
-from envs.market import Market
-from envs.market_history import HistoricalMarket
-from envs.market_sim import SimulatedMarket
+from envs.markets.base import Market
+from envs.markets.historical import HistoricalMarket
+from envs.markets.simulated import SimulatedMarket
 from envs.observation import Observer
 
 if TYPE_CHECKING:

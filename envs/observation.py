@@ -34,7 +34,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from envs.accumulate import accumulate_time
 from envs.config import EnvConfig
-from envs.features import FEATURE_CLIP
+from envs.data.features import FEATURE_CLIP
 
 if TYPE_CHECKING:
     from envs.ledger import Ledger

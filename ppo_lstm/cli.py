@@ -10,7 +10,7 @@ from typing import Optional
 from .rundir.checkpoint import CheckpointDir
 from .rundir.lock import RunLock
 from .config import TrainConfig, config_yaml, parse_command_line, resumed_config, validate
-from .distributed import launch, launched_by_torchrun, resolve_device, world_size_for
+from .distributed import first_process, launch, launched_by_torchrun, resolve_device, world_size_for
 from .errors import EXIT_USAGE, UsageError
 from .train.build import build_agent, check_model_matches
 from .train.holdout import load_training_data
@@ -42,14 +42,15 @@ def preflight(config: TrainConfig, given: frozenset[str], world_size: int) -> Tr
 
 def print_config(config: TrainConfig, given: frozenset[str]) -> None:
     """``--print-config``: the settings this command would run with, as YAML on stdout
-    (with ``--resume``, the checkpoint's under those given). UsageError when ``--resume``
-    finds no checkpoint."""
+    (with ``--resume``, the checkpoint's under those given), once per job: under torchrun
+    only global rank 0 prints. UsageError when ``--resume`` finds no checkpoint."""
     header = ("Resolved settings; train with: --config FILE (flags given with it override it)",)
     if config.resume and not config.overwrite:
         path, state, _ = newest_checkpoint(config)
         config = resumed_config(config, given, state["config"])[0]
         header += (f"--resume: the settings of {path}, under those given on the command line or in --config",)
-    sys.stdout.write(config_yaml(config, header))
+    if first_process():
+        sys.stdout.write(config_yaml(config, header))
 
 
 def main(argv: Optional[list[str]] = None, force_distributed: bool = False, prog: Optional[str] = None) -> int:

@@ -103,9 +103,11 @@ class TrainConfig:
     clip_vloss: bool = _f(True, PPO, "clip the value loss around the old values")
     norm_adv: bool = _f(True, PPO, "normalise advantages per minibatch")
     anneal_lr: bool = _f(True, PPO, "anneal learning rates linearly to 0 over the run's --episodes")
-    target_kl: Optional[float] = _f(None, PPO, "stop an update's epochs early when approx-KL exceeds this (default: off)")
+    target_kl: Optional[float] = _f(None, PPO,
+                                    "stop an update's epochs early when approx-KL exceeds this (default: off)")
     cost_warmup: float = _f(0.5, PPO, "fraction of --episodes over which the training envs' fee and slippage "
-                                      "ramp up linearly from 0 to --fee-bps/--slippage-bps (0: full costs from the start)")
+                                      "ramp up linearly from 0 to --fee-bps/--slippage-bps "
+                                      "(0: full costs from the start)")
     # model
     hidden_size: int = _f(64, MODEL, "width of the MLP encoder")
     lstm_size: int = _f(64, MODEL, "LSTM hidden state size")

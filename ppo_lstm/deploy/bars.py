@@ -1,8 +1,8 @@
 """The bars a ``TradingPolicy`` is fed, checked: one bar's time and OHLCV, its feature values, and files.
 
 Each check raises ``UsageError`` with one line naming the bar (or the file) and what is
-wrong: ``bar_values`` for ``update``'s time and prices, ``check_after`` for ``feed``'s first bar, ``feature_row`` for its
-``features`` mapping, ``features_of`` for a ``MarketData``'s feature columns, and
+wrong: ``bar_values`` for ``update``'s time and prices, ``check_after`` for ``feed``'s first bar,
+``feature_row`` for its ``features`` mapping, ``features_of`` for a ``MarketData``'s feature columns, and
 ``as_market_data`` for a file or DataFrame (through ``envs.data.load_ohlcv``).
 ``parse_start`` and ``with_costs`` check ``--start`` and the cost overrides.
 """
@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from envs.config import EnvConfig
-from envs.data import DataError, MarketData, _parse_date, load_ohlcv
+from envs.data.loading import DataError, MarketData, _parse_date, load_ohlcv
 
 from ..errors import UsageError, one_line
 
@@ -71,7 +71,8 @@ def features_of(data: MarketData, names: tuple[str, ...], trained_with: str) -> 
     missing = [name for name in names if name.lower() not in have]
     if missing or data.features is None:
         shown = ", ".join(map(repr, missing or names))
-        raise UsageError(f"{data.source}: has no feature column {shown}, which the policy reads (trained with --features {trained_with}); load the "
+        raise UsageError(f"{data.source}: has no feature column {shown}, which the policy reads "
+                         f"(trained with --features {trained_with}); load the "
                          f"data with those columns (load_ohlcv(..., features=...)), or pass a file or DataFrame")
     values = np.asarray(data.features, dtype=np.float64)
     if values.shape != (len(data), len(data.feature_names)):

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from envs.config import EnvConfig
-from envs.features import FEATURE_CLIP, FEATURE_WINDOW, STD_FLOOR_ABS, STD_FLOOR_REL
+from envs.data.features import FEATURE_CLIP, FEATURE_WINDOW, STD_FLOOR_ABS, STD_FLOOR_REL
 from envs.observation import _TINY, RETURN_CLIP, UPNL_CLIP, UPNL_SCALE
 
 from ..errors import UsageError, one_line
@@ -66,7 +66,7 @@ def constants() -> dict[str, str]:
 
 
 def feature_constants() -> dict[str, str]:
-    """The feature columns' normalisation constants (``envs.features``), as this version applies them."""
+    """The feature columns' normalisation constants (``envs.data.features``), as this version applies them."""
     return {"feature_window": str(FEATURE_WINDOW), "feature_clip": repr(FEATURE_CLIP),
             "feature_std_floor_rel": repr(STD_FLOOR_REL), "feature_std_floor_abs": repr(STD_FLOOR_ABS)}
 

@@ -33,7 +33,7 @@ feature is defined (a column's leading NaN rows are its warm-up), as in
 The observations come from the env's own code: ``envs.observation.normalised_returns``
 on the last ``window + 1`` closes (the same value, bit for bit, as on the whole file:
 ``tests/deploy/test_policy.py``), the env's ``Observer`` and ``Ledger``, and the feature columns'
-rolling z-scores by ``envs.features.feature_zscores`` on the last ``FEATURE_WINDOW`` raw rows
+rolling z-scores by ``envs.data.features.feature_zscores`` on the last ``FEATURE_WINDOW`` raw rows
 (the rule of ``FeatureNormaliser``: bit for bit the values of the whole file). The network
 step is the agent's own ``step`` (``TorchStep``) or the exported ONNX step (``ppo_lstm.deploy.onnx_model``).
 

@@ -3,7 +3,7 @@
 ``ReturnWindow`` keeps the last ``W`` closes and the normalised returns of the last ``W``
 bars, computed by the env's ``envs.observation.normalised_returns`` (bit for bit the
 values of the whole file). ``FeatureWindow`` keeps the feature columns' raw rows of the
-last ``FEATURE_WINDOW`` bars and the last bar's z-scores, by ``envs.features.feature_zscores``
+last ``FEATURE_WINDOW`` bars and the last bar's z-scores, by ``envs.data.features.feature_zscores``
 (the rule of ``FeatureNormaliser``). Both are saved in and restored from the policy state.
 """
 from __future__ import annotations
@@ -14,14 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from envs.features import FEATURE_CLIP, FEATURE_WINDOW, STD_FLOOR_ABS, STD_FLOOR_REL, feature_zscores
+from envs.data.features import FEATURE_CLIP, FEATURE_WINDOW, STD_FLOOR_ABS, STD_FLOOR_REL, feature_zscores
 from envs.observation import normalised_returns
 
 from ..errors import UsageError
 
 
 def feature_constants() -> dict[str, Any]:
-    """The feature normaliser's constants, as this version applies them (``envs.features``)."""
+    """The feature normaliser's constants, as this version applies them (``envs.data.features``)."""
     return {"window": FEATURE_WINDOW, "clip": FEATURE_CLIP, "std_floor_rel": STD_FLOOR_REL,
             "std_floor_abs": STD_FLOOR_ABS}
 

@@ -12,7 +12,7 @@ process is a :class:`LocalComm`; a torch.distributed worker is a :class:`TorchCo
 - ``failure.py``: a rank that fails after start-up ends the whole job within seconds.
 """
 from .comm import Comm, CommError, LocalComm, TorchComm, parameters_in_sync, wire_device
-from .devices import (announces_for_job, describe_workers, launched_by_torchrun, resolve_device,
+from .devices import (announces_for_job, describe_workers, first_process, launched_by_torchrun, resolve_device,
                       threads_per_worker, usable_cores, world_size_for)
 from .failure import FAIL_AT_VARIABLE, InjectedFault, WorkerFailed
 from .launch import Worker, WorkerFn, choose_master_port, launch
@@ -20,7 +20,8 @@ from .policy import episode_share, remaining_episode_shares, trades_history
 
 __all__ = [
     "Comm", "CommError", "LocalComm", "TorchComm", "parameters_in_sync", "wire_device",
-    "announces_for_job", "describe_workers", "launched_by_torchrun", "resolve_device", "threads_per_worker",
-    "usable_cores", "world_size_for", "FAIL_AT_VARIABLE", "InjectedFault", "WorkerFailed", "Worker", "WorkerFn",
+    "announces_for_job", "describe_workers", "first_process", "launched_by_torchrun", "resolve_device",
+    "threads_per_worker", "usable_cores", "world_size_for", "FAIL_AT_VARIABLE", "InjectedFault", "WorkerFailed",
+    "Worker", "WorkerFn",
     "choose_master_port", "launch", "episode_share", "remaining_episode_shares", "trades_history",
 ]

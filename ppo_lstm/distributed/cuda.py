@@ -32,7 +32,8 @@ def gpu_index_for(local_rank: int, visible: int) -> int:
     if visible == 1:
         return 0
     raise UsageError(f"worker LOCAL_RANK {local_rank} but this process sees {visible} GPU"
-                     f"{'' if visible == 1 else 's'} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); "
+                     f"{'' if visible == 1 else 's'} "
+                     f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); "
                      f"start at most {max(visible, 1)} worker(s) per machine (torchrun --nproc-per-node "
                      f"{max(visible, 1)}), make one GPU visible to each process, or use --device cpu")
 

@@ -41,6 +41,12 @@ def launched_by_torchrun() -> bool:
     return all(name in os.environ for name in TORCHRUN_VARIABLES)
 
 
+def first_process() -> bool:
+    """False in a torchrun worker other than global rank 0, so that output meant once per
+    job (``--print-config``) comes from one process; True in any other process."""
+    return not launched_by_torchrun() or os.environ["RANK"] == "0"
+
+
 def announces_for_job(config: TrainConfig) -> bool:
     """Whether this process prints job-wide notices (e.g. the CPU fallback): the spawning
     launcher, or global rank 0 under torchrun; never a single-device run."""

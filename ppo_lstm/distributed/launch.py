@@ -119,7 +119,8 @@ def _host_store(config: TrainConfig) -> tuple[dist.TCPStore, int]:
         except RuntimeError as err:  # the port was taken since we looked, or the address is not this machine's
             if config.master_port is not None or attempt == 2:
                 raise UsageError(f"cannot listen on {config.master_addr}:{port} for the workers' rendezvous "
-                                 f"({one_line(err, 300, first_line=True)}); pass another --master-port or --master-addr") from None
+                                 f"({one_line(err, 300, first_line=True)}); "
+                                 f"pass another --master-port or --master-addr") from None
     raise AssertionError("unreachable")
 
 
@@ -262,7 +263,8 @@ def _run_worker(config: TrainConfig, device: str, worker_fn: WorkerFn, local_ran
                      watch, "" if known else f"rank {rank} lost contact with the other ranks")
     except Exception as err:  # noqa: BLE001 - whatever it is, the other ranks must not wait for this one
         traceback.print_exc()
-        end_process(f"error: rank {rank}: {type(err).__name__}: {one_line(err, 300, first_line=True)}", watch, f"rank {rank} failed")
+        end_process(f"error: rank {rank}: {type(err).__name__}: {one_line(err, 300, first_line=True)}", watch,
+                    f"rank {rank} failed")
     if watch is not None:
         watch.disarm()
     dist.destroy_process_group()

@@ -27,7 +27,7 @@ import torch
 
 from envs.config import EnvConfig
 from envs.data import DataError, MarketData, date_span, load_ohlcv
-from envs.instruments import data_paths, instrument_name
+from envs.data.instruments import data_paths, instrument_name
 from envs.vector import VectorTradingEnv
 
 from ..algo.agent import RecurrentActorCritic

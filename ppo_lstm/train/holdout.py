@@ -41,7 +41,7 @@ import pandas as pd
 import torch
 
 from envs.data import DataError, MarketData, date_span
-from envs.instruments import instrument_name, load_instruments
+from envs.data.instruments import instrument_name, load_instruments
 
 from ..algo.agent import RecurrentActorCritic
 from ..evaluation.backtest import BacktestResult, backtest_history, backtest_simulated
@@ -291,7 +291,8 @@ class Holdout:
                     f"{_day(stamps[s.hi - 1])}) are kept out of training; training uses bars "
                     f"{_day(stamps[s.lo])} to {_day(stamps[s.split - 1])}. Each checkpoint is backtested on the "
                     f"hold-out; best.pt is the best hold-out return")
-        return (f"Hold-out: {self.config.holdout_episodes} simulated '{self.env.market}' episodes on evaluation seeds no training "
+        return (f"Hold-out: {self.config.holdout_episodes} simulated '{self.env.market}' episodes "
+                f"on evaluation seeds no training "
                 f"env draws, backtested at each checkpoint; best.pt is the best hold-out return")
 
     def evaluate_commands(self, checkpoint: str) -> list[str]:

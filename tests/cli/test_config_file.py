@@ -284,6 +284,16 @@ def test_torchrun_with_a_config_file(cwd):
     assert "| Workers: 2" in (cwd / "training.log").read_text()
 
 
+@pytest.mark.e2e
+def test_torchrun_prints_the_config_once(cwd):
+    write(cwd / "run.yaml", RUN_YAML)
+    result = run_cli(cwd, "--config", "run.yaml", "--print-config",
+                     launcher=torchrun("--standalone", "--nproc-per-node=2", TRAIN), timeout=120)
+    assert result.returncode == 0, result.output
+    assert result.stdout == cli_in_process(cwd, "--config", "run.yaml", "--print-config").stdout  # once, not per rank
+    assert not (cwd / "checkpoints").exists()
+
+
 def test_config_yaml_belongs_to_the_run(tmp_path):
     """A directory holding only a run's config.yaml is a run's: refused for a new run, moved by --overwrite."""
     from ppo_lstm.rundir.checkpoint import CheckpointDir

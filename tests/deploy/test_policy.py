@@ -17,7 +17,7 @@ from deploy_fixtures import VOL_WARMUP, featured_run, train_tiny
 from envs.config import EnvConfig
 from envs.core import TradingCore
 from envs.data import MarketData, date_span, load_ohlcv
-from envs.features import feature_zscores
+from envs.data.features import feature_zscores
 from envs.observation import normalised_returns
 from ppo_lstm import TradingPolicy
 from ppo_lstm.algo.agent import RecurrentActorCritic

@@ -149,7 +149,8 @@ def test_config_file_gives_the_same_decision_and_the_command_line_wins(run: Path
                       f"json: true\n")
     code, out, err = call(capsys, "--config", config, "--start", "2021-02-01")
     assert code == 0 and json.loads(out) == flags  # --json from the file; the command line's --start wins
-    assert err.strip() == f"Config file {config}: 4 settings; the command line overrode --start 2020-01-01 -> 2021-02-01"
+    assert err.strip() == (f"Config file {config}: 4 settings; the command line overrode "
+                           f"--start 2020-01-01 -> 2021-02-01")
     code, out, _ = call(capsys, "--config", config, "--print-config")
     printed = tmp_path / "printed.yaml"
     printed.write_text(out)
@@ -230,7 +231,8 @@ def test_console_scripts_and_python_m(run: Path) -> None:
     parser.read(ROOT / "setup.cfg")
     scripts = dict(line.split(" = ") for line in parser["options.entry_points"]["console_scripts"].split("\n")
                    if line.strip())
-    for name, module in (("predict-ppo-lstm", "ppo_lstm.deploy.predict"), ("export-ppo-lstm", "ppo_lstm.deploy.export_onnx")):
+    for name, module in (("predict-ppo-lstm", "ppo_lstm.deploy.predict"),
+                         ("export-ppo-lstm", "ppo_lstm.deploy.export_onnx")):
         assert scripts[name] == f"{module}:main"
         assert callable(importlib.import_module(module).main)
     assert "onnxruntime" in parser["options.extras_require"]["onnx"]

@@ -239,7 +239,8 @@ def test_history_on_rank_0_and_simulated_markets_elsewhere(tmp_path, all_ranks):
     from ppo_lstm.rundir.checkpoint import from_safe
 
     closes = 100 * np.exp(np.cumsum(np.random.default_rng(0).normal(0, 0.01, 300)))
-    rows = [f"2024-01-{1 + i // 24:02d} {i % 24:02d}:00:00,{c},{c * 1.001},{c * 0.999},{c}" for i, c in enumerate(closes)]
+    rows = [f"2024-01-{1 + i // 24:02d} {i % 24:02d}:00:00,{c},{c * 1.001},{c * 0.999},{c}"
+            for i, c in enumerate(closes)]
     (tmp_path / "prices.csv").write_text("Date,Open,High,Low,Close\n" + "\n".join(rows) + "\n")
     history = load_ohlcv(tmp_path / "prices.csv").close
     flags = ["--data-all-ranks"] if all_ranks else []

@@ -12,7 +12,7 @@ import pytest
 from conftest import TINY, Run, cli_in_process, load_state, run_cli
 from envs.config import EnvConfig
 from envs.data import DataError, load_ohlcv
-from envs.features import (FEATURE_CLIP, FEATURE_WINDOW, FeatureNormaliser, feature_zscores, first_defined_bar,
+from envs.data.features import (FEATURE_CLIP, FEATURE_WINDOW, FeatureNormaliser, feature_zscores, first_defined_bar,
                            parse_feature_names)
 from envs.vector import VectorTradingEnv
 from ppo_lstm.evaluation.backtest import backtest_history

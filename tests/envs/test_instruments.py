@@ -13,7 +13,7 @@ import pytest
 from conftest import TINY, cli_in_process, load_state, run_cli
 from envs.config import EnvConfig
 from envs.data import DataError, load_ohlcv
-from envs.instruments import data_paths
+from envs.data.instruments import data_paths
 from envs.vector import VectorTradingEnv
 from ppo_lstm.rundir.checkpoint import from_safe
 from ppo_lstm.config import TrainConfig

@@ -7,9 +7,9 @@ import pytest
 from envs.config import EnvConfig
 from envs.data import MarketData
 from envs.ledger import Ledger
-from envs.market import Market
-from envs.market_history import HistoricalMarket
-from envs.market_sim import SimulatedMarket
+from envs.markets.base import Market
+from envs.markets.historical import HistoricalMarket
+from envs.markets.simulated import SimulatedMarket
 from envs.observation import Observer, normalise_paths, normalised_returns, observation_space
 
 

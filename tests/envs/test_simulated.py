@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from envs.simulated import FIELDS, PROCESSES, simulate
+from envs.markets.processes import FIELDS, PROCESSES, simulate
 
 MARKETS = PROCESSES + ("mixed",)
 
@@ -87,7 +87,7 @@ def test_unknown_market_raises() -> None:
 @pytest.mark.parametrize("length", [7, 161, 600])
 def test_ou_and_garch_closed_forms_match_their_recursions(length: int) -> None:
     # the OU/GARCH recursions are solved along time in closed form (blocks of _BLOCK bars)
-    from envs import simulated as sim
+    from envs.markets import processes as sim
 
     rng = np.random.default_rng(length)
     m = 30

@@ -5,7 +5,7 @@ import copy
 
 import numpy as np
 
-from envs.variates import VariatePool
+from envs.markets.variates import VariatePool
 
 
 def _rngs(n: int, seed: int = 0) -> list[np.random.Generator]:

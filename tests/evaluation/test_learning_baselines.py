@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench import learning_baselines as rules  # noqa: E402
 from envs.config import EnvConfig  # noqa: E402
 from envs.core import TradingCore  # noqa: E402
-from envs.simulated import DEFAULTS, process_log_returns, regime_drift, REGIME  # noqa: E402
+from envs.markets.processes import DEFAULTS, process_log_returns, regime_drift, REGIME  # noqa: E402
 
 
 def test_forward_filter_posterior_on_a_known_sequence():

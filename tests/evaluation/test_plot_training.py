@@ -215,3 +215,24 @@ def test_without_matplotlib_names_the_extra(tmp_path):
     result = run_python(tmp_path, "-c", code)
     assert_one_line_error(result, EXTRA_HINT)
     assert not (tmp_path / "c.png").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--checkpoint-dir", "ck", "--bogus"], "unrecognized arguments: --bogus"),
+    (["--out"], "argument --out: expected one argument"),
+    ([], "the following arguments are required: --checkpoint-dir"),
+])
+def test_a_bad_flag_is_the_one_line_error_of_every_command(capsys, argv, message):
+    """The flag that is wrong is named first, in the form evaluate and predict use (with the --help hint)."""
+    from ppo_lstm.evaluation.cli import main as evaluate
+    from ppo_lstm.evaluation.plot_training import main
+
+    for command in (main, evaluate):
+        with pytest.raises(SystemExit) as exited:
+            command(argv if command is main else ["--bogus"])
+        assert exited.value.code == 2
+    plot_error, evaluate_error = capsys.readouterr().err.splitlines()
+    assert plot_error == f"python -m ppo_lstm.plot_training: error: {message} (see --help)"
+    if "--bogus" in argv:
+        assert plot_error == evaluate_error.replace("ppo_lstm.evaluate", "ppo_lstm.plot_training")

@@ -50,7 +50,8 @@ def test_a_pre_layout_run_dir_resumes(tmp_path: Path) -> None:
     shutil.copytree(OLD_RUN, tmp_path / "ck")
     result = cli_in_process(tmp_path, *TINY, "--episodes", "8", "--checkpoint-dir", "ck", "--resume")
     assert result.returncode == 0, result.output
-    assert "Resumed from ck/checkpoint_u00000002.pt at episode 4/8 (update 2)" in (tmp_path / "training.log").read_text()
+    log = (tmp_path / "training.log").read_text()
+    assert "Resumed from ck/checkpoint_u00000002.pt at episode 4/8 (update 2)" in log
     assert load_state(tmp_path / "ck" / "checkpoint_u00000004.pt")["counters"]["global_episodes"] == 8
 
 

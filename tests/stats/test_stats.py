@@ -50,7 +50,8 @@ def test_psr_uses_the_sample_moments_and_reduces_to_the_normal_formula():
     r = _returns(1, 0.001, 0.01, 400) ** 3 * 1e4  # skewed and fat-tailed
     sharpe = np.mean(r) / np.std(r, ddof=1)
     skew, kurt = scipy_stats.skew(r), scipy_stats.kurtosis(r, fisher=False)
-    expected = scipy_stats.norm.cdf(sharpe * math.sqrt(399) / math.sqrt(1 - skew * sharpe + (kurt - 1) / 4 * sharpe ** 2))
+    expected = scipy_stats.norm.cdf(sharpe * math.sqrt(399)
+                                    / math.sqrt(1 - skew * sharpe + (kurt - 1) / 4 * sharpe ** 2))
     assert probabilistic_sharpe_ratio(r) == pytest.approx(expected, rel=1e-12)
     # normal moments (skew 0, kurtosis 3): the variance of the Sharpe estimate is 1 + SR^2 / 2 (Lo, 2002)
     assert psr_from_moments(0.1, 0.02, 500, 0.0, 3.0) == pytest.approx(

@@ -3,7 +3,7 @@
 ``_Ctx`` carries the file name and how to describe a row and builds the
 one-line ``DataError`` every check raises; ``_show`` and ``_more`` format the
 offending value and the count of other such rows. This is the bottom of the
-loader's imports: ``envs.data``, ``envs.data_columns``, ``envs.data_time`` and ``envs.data_checks``
+loader's imports: ``loading``, ``columns``, ``timestamps`` and ``checks`` (all in ``envs.data``)
 use it, and it uses none of them.
 
 Row numbers in messages

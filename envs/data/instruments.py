@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-from envs.data import DataError, MarketData, load_ohlcv
+from envs.data.loading import DataError, MarketData, load_ohlcv
 
 DATA_SUFFIXES = (".csv", ".csv.gz", ".parquet", ".pq")
 

@@ -15,8 +15,8 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from envs.data_checks import _numeric
-from envs.data_context import _Ctx, _more
+from envs.data.checks import _numeric
+from envs.data.errors import _Ctx, _more
 
 _PRICE_ALIASES: dict[str, tuple[str, ...]] = {
     "open": ("open", "o", "openprice"),

@@ -18,7 +18,7 @@ backtest and bar by bar in :class:`FeatureNormaliser`)::
 
 "Defined" means not NaN: a column may start with NaN rows (an indicator's warm-up),
 which count as absent; the loader refuses a NaN, inf or text value after a column's
-first defined row (``envs.data``). Episodes and backtests take their first decision
+first defined row (``envs.data.loading``). Episodes and backtests take their first decision
 at or after the first bar where every feature is defined
 (:func:`first_defined_bar`). Nothing after bar ``b`` is read, so ``z`` of a file is
 the same whether or not later bars exist.

@@ -17,17 +17,17 @@ Column names
     ``Close``/``c``; adjusted close ``Adj Close``/``adj_close``/``Adj. Close``/
     ``Adjusted Close`` is optional (see below); volume ``Volume``/``vol``/``v``
     is optional (zeros when absent, NaN volume counts as 0). The matching:
-    ``envs.data_columns``.
+    ``envs.data.columns``.
 
 Adjusted prices
     With both Close and Adj Close, Open/High/Low are scaled by each row's
     ``Adj Close / Close`` and the close is ``Adj Close`` (as yfinance's
     ``auto_adjust``); an Adj Close without a raw Close is refused. The rule and
-    why: ``envs.data_checks``.
+    why: ``envs.data.checks``.
 
 Time column (first match wins)
     ``Datetime``, ``Timestamp``, ``Date``, ``Time``, ``Gmt time`` and a few
-    other names (``envs.data_columns._TIME_NAMES``); a ``Date`` column plus a time-of-day
+    other names (``envs.data.columns._TIME_NAMES``); a ``Date`` column plus a time-of-day
     ``Time`` column (``22:00:00``) are joined; failing those, an unnamed first
     column (``,Open,High,...`` -> ``Unnamed: 0``, or the index pandas makes when
     the header is one field short, or a Parquet index).
@@ -35,11 +35,11 @@ Time column (first match wins)
 Timestamp parsing
     An explicit ``date_format``, unix epochs (unit from the median value) or
     ``YYYYMMDD`` integers, ISO 8601, or candidate formats with an ambiguity
-    rule; time zones become naive UTC. The full rules: ``envs.data_time``.
+    rule; time zones become naive UTC. The full rules: ``envs.data.timestamps``.
 
 Row numbers in messages
     "row N" is the 1-based data row in the file's original order, plus "line
-    N+1" for CSV; see ``envs.data_context``.
+    N+1" for CSV; see ``envs.data.errors``.
 
 Checks
     missing columns, empty file or no data rows, unparseable or missing
@@ -60,11 +60,11 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from envs.data_checks import _adjust, _check_ohlc, _check_positive, _check_scaled, _first_bad, _numeric
-from envs.data_columns import _PRICE_ALIASES, _VOLUME, _feature_columns, _find, _price_columns, _time_column
-from envs.data_context import DataError, _Ctx
-from envs.data_time import _parse_time
-from envs.features import first_defined_bar
+from envs.data.checks import _adjust, _check_ohlc, _check_positive, _check_scaled, _first_bad, _numeric
+from envs.data.columns import _PRICE_ALIASES, _VOLUME, _feature_columns, _find, _price_columns, _time_column
+from envs.data.errors import DataError, _Ctx
+from envs.data.features import first_defined_bar
+from envs.data.timestamps import _parse_time
 
 __all__ = ["DataError", "MarketData", "load_ohlcv", "date_span"]
 
@@ -162,14 +162,14 @@ def load_ohlcv(path: str | os.PathLike | pd.DataFrame, date_format: str | None =
                features: Sequence[str] = ()) -> MarketData:
     """Load and validate an OHLCV file; bars come back oldest first.
 
-    The rules are in the module docstrings: this one, ``envs.data_time`` and ``envs.data_checks``.
+    The rules are in the module docstrings: this one, ``envs.data.timestamps`` and ``envs.data.checks``.
     ``path`` may also be a DataFrame already in memory (a time index becomes the time column),
     checked by the same rules; its messages name it "DataFrame" and count rows from 1.
 
     ``date_format`` forces a strftime format for string timestamps (``--date-format``).
     ``min_rows`` is the fewest bars the caller can use (window + episode length + 1); at least 2.
     ``features``: names of extra numeric columns to keep (``--features``; see
-    :func:`envs.data_columns._feature_columns` for the rules), in ``MarketData.features``.
+    :func:`envs.data.columns._feature_columns` for the rules), in ``MarketData.features``.
     Raises ``DataError`` (a ``ValueError``) with a one-line message for any problem.
     """
     if isinstance(path, pd.DataFrame):

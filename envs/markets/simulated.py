@@ -1,7 +1,7 @@
 """Simulated market source: a fresh seeded price path per episode.
 
-Paths come from ``envs.simulated`` (the processes), fed with variates drawn ahead
-from per-env pools (``envs.variates``): per episode 8 parameter uniforms (+ W+L+1
+Paths come from ``envs.markets.processes``, fed with variates drawn ahead
+from per-env pools (``envs.markets.variates``): per episode 8 parameter uniforms (+ W+L+1
 for regime/jump paths) and W+L+1 shock normals (+ W+L+1 for jump paths). Prices
 are kept time-major (``[bars, N]``: one bar of every env is contiguous), so while
 every env is at the same step a step reads plain rows, never gathers.
@@ -14,11 +14,11 @@ import numpy as np
 
 from envs.accumulate import accumulate_time
 from envs.config import EnvConfig
-from envs.market import Market, Rows
+from envs.markets.base import Market, Rows
 from envs.observation import normalise_paths
-from envs.simulated import (JUMP, REGIME, log_first_open, process_groups, process_index, process_log_returns,
+from envs.markets.processes import (JUMP, REGIME, log_first_open, process_groups, process_index, process_log_returns,
                             regime_drift)
-from envs.variates import VariatePool
+from envs.markets.variates import VariatePool
 
 _POOL_EPISODES = 8  # episodes of variates per pool refill
 

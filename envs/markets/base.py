@@ -2,8 +2,8 @@
 
 An episode is ``W+L+1`` bars, ``0..W+L``; decision ``j`` is taken after bar
 ``t = W+j`` closes, fills at bar ``t+1``'s open and is marked at its close.
-``envs.market_sim.SimulatedMarket`` draws a fresh seeded path per episode;
-``envs.market_history.HistoricalMarket`` picks a random start offset into a file.
+``envs.markets.simulated.SimulatedMarket`` draws a fresh seeded path per episode;
+``envs.markets.historical.HistoricalMarket`` picks a random start offset into a file.
 Both write each new episode's normalised returns into the observer's ``z``.
 """
 from __future__ import annotations

@@ -15,10 +15,10 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from envs.config import EnvConfig
-from envs.features import feature_zscores
-from envs.market import Market, Rows
+from envs.data.features import feature_zscores
+from envs.markets.base import Market, Rows
 from envs.observation import normalised_returns
-from envs.variates import VariatePool
+from envs.markets.variates import VariatePool
 
 if TYPE_CHECKING:
     from envs.data import MarketData
@@ -47,7 +47,7 @@ class HistoricalMarket(Market):
         bars before ``lo`` warm up the RMS of the first window exactly as a training
         episode starting at ``lo`` would see it, and nothing after ``hi - 1`` is read.
         With ``--features``, ``data`` must carry the config's feature columns; their
-        normalised values (``envs.features``) go into ``feat`` [N, L+1, F] at each reset,
+        normalised values (``envs.data.features``) go into ``feat`` [N, L+1, F] at each reset,
         and no episode's first decision comes before the first bar where every feature
         is defined.
         """

@@ -6,7 +6,7 @@ of n paths equals n separate one-path calls bit for bit. The per-path draws are
 the only Python loop over paths; everything else is vectorised across paths
 (elementwise ops; cumulative sums/products along time, which also solve the
 OU and GARCH recursions in closed form). ``paths_from_noise`` is that vectorised
-part alone: ``envs.market_sim`` feeds it variates it drew ahead of time.
+part alone: ``envs.markets.simulated`` feeds it variates it drew ahead of time.
 
 Processes (per bar, on log close; volatility ``sigma`` ~0.5-2 %):
 

@@ -3,7 +3,7 @@
 ``_numeric`` turns a column into float64; ``_check_positive``,
 ``_check_scaled`` and ``_check_ohlc`` check prices, and ``_first_bad``
 raises ``DataError`` for the earliest offending row over several vectorised
-checks (``envs.data`` uses it for volume too); ``_adjust`` puts the prices on
+checks (``envs.data.loading`` uses it for volume too); ``_adjust`` puts the prices on
 the Adj Close basis.
 
 Adjusted prices
@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from envs.data_context import _Ctx, _more, _show
+from envs.data.errors import _Ctx, _more, _show
 
 
 def _numeric(ctx: _Ctx, col: str, raw: pd.Series) -> np.ndarray:

@@ -1,6 +1,6 @@
 """Timestamp parsing for the OHLCV loader: the time column's raw values to naive-UTC ``datetime64[ns]``.
 
-``_parse_time`` takes the raw values of the column ``envs.data`` found and
+``_parse_time`` takes the raw values of the column ``envs.data.loading`` found and
 returns them parsed, in file order, or raises ``DataError`` naming the first
 row it cannot read.
 
@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 from pandas.tseries.api import guess_datetime_format
 
-from envs.data_context import _Ctx, _more, _show
+from envs.data.errors import _Ctx, _more, _show
 
 
 _DATES_DAY_FIRST = ("%d.%m.%Y", "%m.%d.%Y", "%d.%m.%y", "%m.%d.%y")
