@@ -3,9 +3,15 @@
 ``num-envs: 4`` in a file is ``--num-envs 4`` on the command line. Every ``--name``
 option of an argparse parser is a key, spelt with ``-`` or ``_``; its value goes
 through the option's own ``type`` and ``choices``, as the flag's text would, so a
-file accepts exactly the values the command line accepts. A switch (``--no-short``,
-``--clip-vloss`` / ``--no-clip-vloss``) takes ``true`` or ``false``; an option whose
-default is none takes ``null`` (YAML) or is left out.
+file accepts exactly the values the command line accepts, and a multi-value option takes
+a list of exactly as many values as the flag. Two keys of a mutually exclusive pair
+(``checkpoint`` and ``model``) are refused together. A switch takes ``true`` or
+``false``; an option whose default is none takes ``null`` (YAML) or is left out.
+
+Every switch has an opposite on the command line (:class:`Switch`), so a flag can undo
+what a file turned on: ``--NAME`` is undone by ``--no-NAME``, and a switch whose name
+already begins with ``no-`` by the name without it (``--no-short`` / ``--short``). The
+file's key is the switch's own name (``no-short: false``), never its opposite.
 
 :func:`parse_args` reads ``--config FILE`` and the command line together: the file's
 values become the parser's defaults, so a flag on the command line wins. Every
@@ -97,15 +103,38 @@ def _base_type(hint: Any) -> type:
     return args[0] if args else hint
 
 
+def opposite(option: str) -> str:
+    """The other half of a switch: ``--x`` -> ``--no-x``, ``--no-short`` -> ``--short``."""
+    name = option[2:]
+    return "--" + name[3:] if name.startswith("no-") else "--no-" + name
+
+
+class Switch(argparse.BooleanOptionalAction):
+    """A boolean flag and its opposite (:func:`opposite`): ``--x`` sets true, ``--no-x``
+    false; ``--no-short`` sets true, ``--short`` false. The last one given wins.
+    ``negatives`` holds the options that set false."""
+
+    def __init__(self, option_strings: list[str], dest: str, default: bool = False, required: bool = False,
+                 help: Optional[str] = None) -> None:
+        longs = [option for option in option_strings if option.startswith("--")]
+        self.negatives = frozenset(opposite(option) for option in longs)
+        argparse.Action.__init__(self, [*option_strings, *map(opposite, longs)], dest, nargs=0, default=default,
+                                 required=required, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: Optional[str] = None) -> None:
+        setattr(namespace, self.dest, option_string not in self.negatives)
+
+
 def add_field_flag(group: Any, f: dataclasses.Field, hint: Any, dest: str) -> None:
     """Add one dataclass field (type ``hint``) to an argparse group as ``--field-name``, from
     its default and its ``help`` (and optional ``choices``, ``metavar``, ``nargs``,
-    ``aliases``) metadata. A bool is a switch (``--no-x`` too when it defaults to true)."""
+    ``aliases``) metadata. A bool is a :class:`Switch` (``--x`` / ``--no-x``)."""
     meta = f.metadata
     kind = _base_type(hint)
     kwargs: dict[str, Any] = {"dest": dest, "default": f.default, "help": meta["help"]}
     if kind is bool:
-        kwargs["action"] = argparse.BooleanOptionalAction if f.default else "store_true"
+        kwargs["action"] = Switch
     elif "choices" in meta:
         kwargs.update(type=kind, choices=meta["choices"])
     else:
@@ -178,7 +207,7 @@ def read_settings(path: str, parser: argparse.ArgumentParser) -> FileSettings:
     options = keyed_options(parser)
     values: dict[str, Any] = {}
     flags: dict[str, str] = {}
-    keys: dict[str, str] = {}
+    keys: dict[str, Any] = {}
     for key, value in mapping.items():
         where = f"{path}, line {lines[key]}" if key in lines else str(path)
         action = _option_for(key, value, options, where)
@@ -186,7 +215,13 @@ def read_settings(path: str, parser: argparse.ArgumentParser) -> FileSettings:
             raise UsageError(f"{where}: '{key}' sets {action.option_strings[0]}, as '{keys[action.dest]}' "
                              f"already does; keep one of them")
         values[action.dest] = _convert(action, key, value, where)
-        flags[action.dest], keys[action.dest] = action.option_strings[0], str(key)
+        flags[action.dest], keys[action.dest] = action.option_strings[0], key
+    for group in parser._mutually_exclusive_groups:  # as argparse refuses both on the command line
+        both = [keys[a.dest] for a in group._group_actions
+                if a.dest in values and values[a.dest] is not None and values[a.dest] != a.default]
+        if len(both) > 1:
+            named = " and ".join(f"'{key}'" + (f" (line {lines[key]})" if key in lines else "") for key in both)
+            raise UsageError(f"{path}: {named} exclude each other; keep one of them")
     return FileSettings(str(path), values, flags)
 
 
@@ -264,9 +299,18 @@ def keyed_options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]
     options: dict[str, argparse.Action] = {}
     for action in _settings_actions(parser):
         for option in action.option_strings:
-            if option.startswith("--") and not (_is_paired_switch(action) and option.startswith("--no-")):
+            if option.startswith("--") and option not in _negatives(action):
                 options[option[2:].replace("_", "-")] = action
     return options
+
+
+def _negatives(action: argparse.Action) -> frozenset[str]:
+    """The options of a switch that set it false (``--no-x``; ``--short`` of ``--no-short``)."""
+    if isinstance(action, Switch):
+        return action.negatives
+    if isinstance(action, argparse.BooleanOptionalAction):
+        return frozenset(option for option in action.option_strings if option.startswith("--no-"))
+    return frozenset()
 
 
 def _settings_actions(parser: argparse.ArgumentParser) -> Iterable[argparse.Action]:
@@ -291,8 +335,9 @@ def _option_for(key: Any, value: Any, options: dict[str, argparse.Action], where
     if name in ("config", "print-config", "help"):
         raise UsageError(f"{where}: '{key}' is an option of the command line only, not a setting; remove it "
                          f"from the file")
-    if name.startswith("no-") and name[3:] in options and _is_paired_switch(options[name[3:]]):
-        raise UsageError(f"{where}: unknown key '{key}'; write '{name[3:]}: false' instead")
+    for option in options.values():
+        if "--" + name in _negatives(option):
+            raise UsageError(f"{where}: unknown key '{key}'; write '{option.option_strings[0][2:]}: false' instead")
     close = difflib.get_close_matches(name, list(options), n=1)
     if close:
         hint = f"did you mean '{close[0]}'?"
@@ -315,6 +360,12 @@ def _convert(action: argparse.Action, key: Any, value: Any, where: str) -> Any:
         items = value if isinstance(value, list) else [value]
         if action.nargs == "+" and not items:
             raise UsageError(f"{where}: '{key}' needs at least one value")
+        if isinstance(action.nargs, int) and (not isinstance(value, list) or len(items) != action.nargs):
+            names = action.metavar if isinstance(action.metavar, tuple) else ()
+            what = f" ({', '.join(names)})" if names else ""
+            got = f"a list of {len(items)}" if isinstance(value, list) else _shown(value)
+            raise UsageError(f"{where}: '{key}' takes a list of {action.nargs} values{what}, as its flag takes "
+                             f"{action.nargs}, got {got}")
         return [_convert_one(action, key, item, where) for item in items]
     return _convert_one(action, key, value, where)
 
