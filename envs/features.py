@@ -154,7 +154,8 @@ class FeatureNormaliser:
         row = np.asarray(raw, dtype=np.float64).reshape(self.num_features)
         if out_of_range(row).any():
             j = int(np.argmax(out_of_range(row)))
-            raise ValueError(f"feature {j} is {row[j]:g}, outside the magnitudes {FEATURE_MIN_ABS:g}..{FEATURE_MAX_ABS:g} "
+            raise ValueError(f"feature {j} is {row[j]:g}, outside the magnitudes "
+                             f"{FEATURE_MIN_ABS:g}..{FEATURE_MAX_ABS:g} "
                              f"a z-score can square in float64; rescale the column")
         self._rows.append(row)
         return self.current()

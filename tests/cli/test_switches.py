@@ -98,7 +98,8 @@ def test_mutually_exclusive_keys_are_refused_together(tmp_path):
     path = write(tmp_path, "checkpoint: c.pt\nmodel: m.onnx\ndata: d.csv\n")
     with pytest.raises(UsageError) as error:
         parse_args(predict_parser(), ["--config", path])
-    assert str(error.value) == f"{path}: 'checkpoint' (line 1) and 'model' (line 2) exclude each other; keep one of them"
+    assert str(error.value) == (f"{path}: 'checkpoint' (line 1) and 'model' (line 2) exclude each other; "
+                                f"keep one of them")
     path = write(tmp_path, "checkpoint: c.pt\nmodel: null\ndata: d.csv\n")  # null sets nothing
     assert parse_args(predict_parser(), ["--config", path]).namespace.checkpoint == Path("c.pt")
 

@@ -22,7 +22,8 @@ CFG = EnvConfig(window=8, episode_length=16)
 def daily(bars: int = 60) -> MarketData:
     """Daily bars from 2017-08-20, a random walk."""
     close = 50.0 * np.exp(np.cumsum(0.01 * np.random.default_rng(3).standard_normal(bars)))
-    return MarketData(source="walk.csv", timestamps=np.datetime64("2017-08-20") + np.arange(bars).astype("timedelta64[D]"),
+    days = np.datetime64("2017-08-20") + np.arange(bars).astype("timedelta64[D]")
+    return MarketData(source="walk.csv", timestamps=days,
                       open=close, high=close, low=close, close=close, volume=np.ones(bars), bar_seconds=86400.0)
 
 
