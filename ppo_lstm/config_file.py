@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import difflib
 import re
 import sys
@@ -45,7 +44,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-from .errors import UsageError, one_line
+from .config_values import _is_paired_switch, _kind_of, convert, show
+from .errors import Switch, UsageError, one_line
 
 CONFIG_DEST, PRINT_DEST = "config_file", "print_config"  # the two options of this module
 FORMATS = {".yaml": "YAML", ".yml": "YAML", ".toml": "TOML"}
@@ -101,29 +101,6 @@ def _base_type(hint: Any) -> type:
     """``Optional[int]`` -> int, ``float`` -> float."""
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     return args[0] if args else hint
-
-
-def opposite(option: str) -> str:
-    """The other half of a switch: ``--x`` -> ``--no-x``, ``--no-short`` -> ``--short``."""
-    name = option[2:]
-    return "--" + name[3:] if name.startswith("no-") else "--no-" + name
-
-
-class Switch(argparse.BooleanOptionalAction):
-    """A boolean flag and its opposite (:func:`opposite`): ``--x`` sets true, ``--no-x``
-    false; ``--no-short`` sets true, ``--short`` false. The last one given wins.
-    ``negatives`` holds the options that set false."""
-
-    def __init__(self, option_strings: list[str], dest: str, default: bool = False, required: bool = False,
-                 help: Optional[str] = None) -> None:
-        longs = [option for option in option_strings if option.startswith("--")]
-        self.negatives = frozenset(opposite(option) for option in longs)
-        argparse.Action.__init__(self, [*option_strings, *map(opposite, longs)], dest, nargs=0, default=default,
-                                 required=required, help=help)
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: Optional[str] = None) -> None:
-        setattr(namespace, self.dest, option_string not in self.negatives)
 
 
 def add_field_flag(group: Any, f: dataclasses.Field, hint: Any, dest: str) -> None:
@@ -214,7 +191,7 @@ def read_settings(path: str, parser: argparse.ArgumentParser) -> FileSettings:
         if action.dest in values:
             raise UsageError(f"{where}: '{key}' sets {action.option_strings[0]}, as '{keys[action.dest]}' "
                              f"already does; keep one of them")
-        values[action.dest] = _convert(action, key, value, where)
+        values[action.dest] = convert(action, key, value, where)
         flags[action.dest], keys[action.dest] = action.option_strings[0], key
     for group in parser._mutually_exclusive_groups:  # as argparse refuses both on the command line
         both = [keys[a.dest] for a in group._group_actions
@@ -323,10 +300,6 @@ def _settings_actions(parser: argparse.ArgumentParser) -> Iterable[argparse.Acti
         yield action
 
 
-def _is_paired_switch(action: argparse.Action) -> bool:
-    return isinstance(action, argparse.BooleanOptionalAction)
-
-
 def _option_for(key: Any, value: Any, options: dict[str, argparse.Action], where: str) -> argparse.Action:
     """The option ``key`` names; UsageError naming the closest key when there is none."""
     name = str(key).replace("_", "-")
@@ -346,79 +319,6 @@ def _option_for(key: Any, value: Any, options: dict[str, argparse.Action], where
     else:
         hint = "the keys are the flags of --help without their leading --"
     raise UsageError(f"{where}: unknown key '{key}'; {hint}")
-
-
-def _convert(action: argparse.Action, key: Any, value: Any, where: str) -> Any:
-    """``value`` as the flag would give it: through the option's ``type`` and ``choices``."""
-    if action.nargs == 0:  # a switch
-        if not isinstance(value, bool):
-            raise UsageError(f"{where}: '{key}' takes true or false, got {_shown(value)}")
-        return value if _is_paired_switch(action) else (action.const if value else not action.const)
-    if action.nargs in ("+", "*") or isinstance(action.nargs, int):
-        if value is None:
-            return _convert_one(action, key, value, where)  # null: the default, where that is none
-        items = value if isinstance(value, list) else [value]
-        if action.nargs == "+" and not items:
-            raise UsageError(f"{where}: '{key}' needs at least one value")
-        if isinstance(action.nargs, int) and (not isinstance(value, list) or len(items) != action.nargs):
-            names = action.metavar if isinstance(action.metavar, tuple) else ()
-            what = f" ({', '.join(names)})" if names else ""
-            got = f"a list of {len(items)}" if isinstance(value, list) else _shown(value)
-            raise UsageError(f"{where}: '{key}' takes a list of {action.nargs} values{what}, as its flag takes "
-                             f"{action.nargs}, got {got}")
-        return [_convert_one(action, key, item, where) for item in items]
-    return _convert_one(action, key, value, where)
-
-
-def _convert_one(action: argparse.Action, key: Any, value: Any, where: str) -> Any:
-    if value is None:
-        if action.default is None:
-            return None
-        raise UsageError(f"{where}: '{key}' needs a value (leave the key out for its default, "
-                         f"{show(action.default)})")
-    expected = _expected(action)
-    if isinstance(value, bool):  # YAML reads an unquoted yes/no/on/off as true/false
-        raise UsageError(f"{where}: '{key}' takes {expected}, got {_shown(value)} (quote a value such as "
-                         f"'off' or 'no' in YAML)")
-    if isinstance(value, (dict, list)):
-        raise UsageError(f"{where}: '{key}' takes {expected}, got {_shown(value)}")
-    text = value.isoformat() if isinstance(value, (datetime.date, datetime.time)) else str(value)
-    try:
-        converted = action.type(text) if callable(action.type) else text
-    except (TypeError, ValueError, argparse.ArgumentTypeError):
-        raise UsageError(f"{where}: '{key}' takes {expected}, got {_shown(value)}") from None
-    if action.choices is not None and converted not in action.choices:
-        raise UsageError(f"{where}: '{key}' takes {expected}, got {_shown(value)}")
-    return converted
-
-
-def _expected(action: argparse.Action) -> str:
-    if action.choices is not None:
-        return "one of " + ", ".join(map(str, action.choices))
-    return {int: "an integer", float: "a number", Path: "a path"}.get(action.type, "text (quote it)")
-
-
-def _kind_of(value: Any) -> str:
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return f"the {type(value).__name__} {value!r}"
-
-
-def _shown(value: Any) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (dict, list)):
-        return _kind_of(value)
-    return repr(value) if isinstance(value, str) else str(value)
-
-
-def show(value: Any) -> str:
-    """A setting's value as the start-up lines print it (``none`` for None, ``true``/``false``)."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    return "none" if value is None else str(value)
 
 
 # ------------------------------------------------------------------ writing a file

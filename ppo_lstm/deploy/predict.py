@@ -27,9 +27,9 @@ from typing import Optional
 
 from envs.data import DataError, date_span
 
-from ..config_file import Switch, add_config_options
+from ..config_file import add_config_options
 from ..evaluation.cli import settings_or_exit
-from ..errors import EXIT_USAGE, OneLineParser, UsageError, one_line
+from ..errors import EXIT_USAGE, OneLineParser, Switch, UsageError, one_line
 from .policy import Decision, TradingPolicy, as_market_data, parse_start
 
 

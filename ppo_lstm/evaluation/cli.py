@@ -34,10 +34,10 @@ from ..algo.agent import RecurrentActorCritic
 from .backtest import BacktestResult, backtest_history, backtest_simulated
 from ..rundir.checkpoint import BEST_NAME, LATEST_NAME, CheckpointDir, CheckpointError, load_checkpoint
 from ..config import TrainConfig
-from ..config_file import Switch, add_config_options, dump_settings, parse_args
+from ..config_file import add_config_options, dump_settings, parse_args
 from ..distributed.cuda import configure_numerics
 from ..distributed.devices import resolve_device
-from ..errors import EXIT_USAGE, OneLineParser, UsageError, one_line
+from ..errors import EXIT_USAGE, OneLineParser, Switch, UsageError, one_line
 from ..algo.episodes import EpisodeTotals, episode_records
 from .report import (format_instruments_table, format_table, instruments_dict, plot, report_dict, write_equity_csv,
                      write_instruments_csv)

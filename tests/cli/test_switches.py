@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from ppo_lstm.config import TrainConfig, build_parser as train_parser, parse_command_line
-from ppo_lstm.config_file import Switch, keyed_options, opposite, parse_args
+from ppo_lstm.config_file import keyed_options, parse_args
 from ppo_lstm.deploy.export_onnx import build_parser as export_parser
 from ppo_lstm.deploy.predict import build_parser as predict_parser
-from ppo_lstm.errors import UsageError
+from ppo_lstm.errors import Switch, UsageError, opposite
 from ppo_lstm.evaluation.cli import build_parser as evaluate_parser
 
 PARSERS = [train_parser, evaluate_parser, predict_parser, export_parser]
