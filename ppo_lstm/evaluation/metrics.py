@@ -33,7 +33,7 @@ class TradingMetrics:
     win_rate_pct: Optional[float]
     profit_factor: Optional[float]
     exposure_pct: Optional[float]
-    fees_paid: float  # fees and slippage: the older name of fees_and_slippage_paid
+    fees_paid: float  # fees and slippage: the same figure as fees_and_slippage_paid
 
     @property
     def fees_and_slippage_paid(self) -> float:
@@ -43,7 +43,7 @@ class TradingMetrics:
     def as_dict(self) -> dict[str, Optional[float | int]]:
         """The fields, in declaration order (JSON-safe), then ``fees_and_slippage_paid``:
         the figure of ``fees_paid`` under a name that says slippage is in it (``fees_paid``
-        stays, for readers of the older key)."""
+        stays, so that scripts reading it keep working)."""
         return {**asdict(self), "fees_and_slippage_paid": self.fees_paid}
 
 
