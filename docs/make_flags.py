@@ -31,6 +31,14 @@ Every flag of `train-ppo-lstm`, `evaluate-ppo-lstm` and `predict-ppo-lstm` is al
 or TOML, the flag's name without its leading `--`, e.g. `num-envs: 4`); flags given on the
 command line override the file. See [configuration.md](configuration.md).
 
+Every switch (a flag without a value; all but `--help` and `--print-config`, which are no settings)
+comes with its opposite, so the command line can undo
+what a config file turns on. The rule: a switch `--NAME` is undone by `--no-NAME`
+(`--tensorboard` / `--no-tensorboard`, `--overwrite` / `--no-overwrite`), and a switch whose name
+already begins with `no-` is undone by its name without it (`--no-short` / `--short`). The
+table lists both, the switch first; whichever of the two comes last on the command line wins.
+In a config file a switch is its own name with `true` or `false` (`no-short: false`).
+
 Commands:
 """
 

@@ -6,6 +6,7 @@ the command-line flags are generated from these fields, their defaults and the
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
@@ -25,7 +26,8 @@ class EnvConfig:
     window: int = field(default=32, metadata={"help": "bars of normalised log returns in each observation"})
     episode_length: int = field(default=128, metadata={"help": "decisions (bars) per episode"})
     max_position: int = field(default=1, metadata={"help": "largest position K in lots; actions are -K..+K"})
-    no_short: bool = field(default=False, metadata={"help": "allow only long or flat positions (0..K)"})
+    no_short: bool = field(default=False, metadata={"help": "allow only long or flat positions (0..K); --short: "
+                                                         "short ones too (-K..K)"})
     fee_bps: float = field(default=1.0, metadata={"help": "proportional fee per traded notional, basis points"})
     slippage_bps: float = field(default=1.0, metadata={"help": "adverse fill slippage, basis points"})
     initial_cash: float = field(default=10_000.0, metadata={"help": "starting equity in dollars"})
@@ -63,12 +65,12 @@ class EnvConfig:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
         for name in ("fee_bps", "slippage_bps"):
             value = getattr(self, name)
-            if value < 0 or value != value:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {value}")
-        if not self.initial_cash > 0:
-            raise ValueError(f"--initial-cash must be > 0, got {self.initial_cash}")
-        if not self.reward_scale > 0:
-            raise ValueError(f"--reward-scale must be > 0, got {self.reward_scale}")
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"--{name.replace('_', '-')} must be a finite number >= 0, got {value}")
+        for name in ("initial_cash", "reward_scale"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
         parse_feature_names(self.features)
 
 

@@ -3,9 +3,15 @@
 ``num-envs: 4`` in a file is ``--num-envs 4`` on the command line. Every ``--name``
 option of an argparse parser is a key, spelt with ``-`` or ``_``; its value goes
 through the option's own ``type`` and ``choices``, as the flag's text would, so a
-file accepts exactly the values the command line accepts. A switch (``--no-short``,
-``--clip-vloss`` / ``--no-clip-vloss``) takes ``true`` or ``false``; an option whose
-default is none takes ``null`` (YAML) or is left out.
+file accepts exactly the values the command line accepts, and a multi-value option takes
+a list of exactly as many values as the flag. Two keys of a mutually exclusive pair
+(``checkpoint`` and ``model``) are refused together. A switch takes ``true`` or
+``false``; an option whose default is none takes ``null`` (YAML) or is left out.
+
+Every switch has an opposite on the command line (:class:`Switch`), so a flag can undo
+what a file turned on: ``--NAME`` is undone by ``--no-NAME``, and a switch whose name
+already begins with ``no-`` by the name without it (``--no-short`` / ``--short``). The
+file's key is the switch's own name (``no-short: false``), never its opposite.
 
 :func:`parse_args` reads ``--config FILE`` and the command line together: the file's
 values become the parser's defaults, so a flag on the command line wins. Every
@@ -23,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import difflib
 import re
 import sys
@@ -39,7 +44,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-from .errors import UsageError, one_line
+from .config_values import _is_paired_switch, _kind_of, convert, show
+from .errors import Switch, UsageError, one_line
 
 CONFIG_DEST, PRINT_DEST = "config_file", "print_config"  # the two options of this module
 FORMATS = {".yaml": "YAML", ".yml": "YAML", ".toml": "TOML"}
@@ -100,12 +106,12 @@ def _base_type(hint: Any) -> type:
 def add_field_flag(group: Any, f: dataclasses.Field, hint: Any, dest: str) -> None:
     """Add one dataclass field (type ``hint``) to an argparse group as ``--field-name``, from
     its default and its ``help`` (and optional ``choices``, ``metavar``, ``nargs``,
-    ``aliases``) metadata. A bool is a switch (``--no-x`` too when it defaults to true)."""
+    ``aliases``) metadata. A bool is a :class:`Switch` (``--x`` / ``--no-x``)."""
     meta = f.metadata
     kind = _base_type(hint)
     kwargs: dict[str, Any] = {"dest": dest, "default": f.default, "help": meta["help"]}
     if kind is bool:
-        kwargs["action"] = argparse.BooleanOptionalAction if f.default else "store_true"
+        kwargs["action"] = Switch
     elif "choices" in meta:
         kwargs.update(type=kind, choices=meta["choices"])
     else:
@@ -178,15 +184,21 @@ def read_settings(path: str, parser: argparse.ArgumentParser) -> FileSettings:
     options = keyed_options(parser)
     values: dict[str, Any] = {}
     flags: dict[str, str] = {}
-    keys: dict[str, str] = {}
+    keys: dict[str, Any] = {}
     for key, value in mapping.items():
         where = f"{path}, line {lines[key]}" if key in lines else str(path)
         action = _option_for(key, value, options, where)
         if action.dest in values:
             raise UsageError(f"{where}: '{key}' sets {action.option_strings[0]}, as '{keys[action.dest]}' "
                              f"already does; keep one of them")
-        values[action.dest] = _convert(action, key, value, where)
-        flags[action.dest], keys[action.dest] = action.option_strings[0], str(key)
+        values[action.dest] = convert(action, key, value, where)
+        flags[action.dest], keys[action.dest] = action.option_strings[0], key
+    for group in parser._mutually_exclusive_groups:  # as argparse refuses both on the command line
+        both = [keys[a.dest] for a in group._group_actions
+                if a.dest in values and values[a.dest] is not None and values[a.dest] != a.default]
+        if len(both) > 1:
+            named = " and ".join(f"'{key}'" + (f" (line {lines[key]})" if key in lines else "") for key in both)
+            raise UsageError(f"{path}: {named} exclude each other; keep one of them")
     return FileSettings(str(path), values, flags)
 
 
@@ -264,9 +276,18 @@ def keyed_options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]
     options: dict[str, argparse.Action] = {}
     for action in _settings_actions(parser):
         for option in action.option_strings:
-            if option.startswith("--") and not (_is_paired_switch(action) and option.startswith("--no-")):
+            if option.startswith("--") and option not in _negatives(action):
                 options[option[2:].replace("_", "-")] = action
     return options
+
+
+def _negatives(action: argparse.Action) -> frozenset[str]:
+    """The options of a switch that set it false (``--no-x``; ``--short`` of ``--no-short``)."""
+    if isinstance(action, Switch):
+        return action.negatives
+    if isinstance(action, argparse.BooleanOptionalAction):
+        return frozenset(option for option in action.option_strings if option.startswith("--no-"))
+    return frozenset()
 
 
 def _settings_actions(parser: argparse.ArgumentParser) -> Iterable[argparse.Action]:
@@ -279,10 +300,6 @@ def _settings_actions(parser: argparse.ArgumentParser) -> Iterable[argparse.Acti
         yield action
 
 
-def _is_paired_switch(action: argparse.Action) -> bool:
-    return isinstance(action, argparse.BooleanOptionalAction)
-
-
 def _option_for(key: Any, value: Any, options: dict[str, argparse.Action], where: str) -> argparse.Action:
     """The option ``key`` names; UsageError naming the closest key when there is none."""
     name = str(key).replace("_", "-")
@@ -291,8 +308,9 @@ def _option_for(key: Any, value: Any, options: dict[str, argparse.Action], where
     if name in ("config", "print-config", "help"):
         raise UsageError(f"{where}: '{key}' is an option of the command line only, not a setting; remove it "
                          f"from the file")
-    if name.startswith("no-") and name[3:] in options and _is_paired_switch(options[name[3:]]):
-        raise UsageError(f"{where}: unknown key '{key}'; write '{name[3:]}: false' instead")
+    for option in options.values():
+        if "--" + name in _negatives(option):
+            raise UsageError(f"{where}: unknown key '{key}'; write '{option.option_strings[0][2:]}: false' instead")
     close = difflib.get_close_matches(name, list(options), n=1)
     if close:
         hint = f"did you mean '{close[0]}'?"
@@ -301,73 +319,6 @@ def _option_for(key: Any, value: Any, options: dict[str, argparse.Action], where
     else:
         hint = "the keys are the flags of --help without their leading --"
     raise UsageError(f"{where}: unknown key '{key}'; {hint}")
-
-
-def _convert(action: argparse.Action, key: Any, value: Any, where: str) -> Any:
-    """``value`` as the flag would give it: through the option's ``type`` and ``choices``."""
-    if action.nargs == 0:  # a switch
-        if not isinstance(value, bool):
-            raise UsageError(f"{where}: '{key}' takes true or false, got {_shown(value)}")
-        return value if _is_paired_switch(action) else (action.const if value else not action.const)
-    if action.nargs in ("+", "*") or isinstance(action.nargs, int):
-        if value is None:
-            return _convert_one(action, key, value, where)  # null: the default, where that is none
-        items = value if isinstance(value, list) else [value]
-        if action.nargs == "+" and not items:
-            raise UsageError(f"{where}: '{key}' needs at least one value")
-        return [_convert_one(action, key, item, where) for item in items]
-    return _convert_one(action, key, value, where)
-
-
-def _convert_one(action: argparse.Action, key: Any, value: Any, where: str) -> Any:
-    if value is None:
-        if action.default is None:
-            return None
-        raise UsageError(f"{where}: '{key}' needs a value (leave the key out for its default, "
-                         f"{show(action.default)})")
-    expected = _expected(action)
-    if isinstance(value, bool):  # YAML reads an unquoted yes/no/on/off as true/false
-        raise UsageError(f"{where}: '{key}' takes {expected}, got {_shown(value)} (quote a value such as "
-                         f"'off' or 'no' in YAML)")
-    if isinstance(value, (dict, list)):
-        raise UsageError(f"{where}: '{key}' takes {expected}, got {_shown(value)}")
-    text = value.isoformat() if isinstance(value, (datetime.date, datetime.time)) else str(value)
-    try:
-        converted = action.type(text) if callable(action.type) else text
-    except (TypeError, ValueError, argparse.ArgumentTypeError):
-        raise UsageError(f"{where}: '{key}' takes {expected}, got {_shown(value)}") from None
-    if action.choices is not None and converted not in action.choices:
-        raise UsageError(f"{where}: '{key}' takes {expected}, got {_shown(value)}")
-    return converted
-
-
-def _expected(action: argparse.Action) -> str:
-    if action.choices is not None:
-        return "one of " + ", ".join(map(str, action.choices))
-    return {int: "an integer", float: "a number", Path: "a path"}.get(action.type, "text (quote it)")
-
-
-def _kind_of(value: Any) -> str:
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return f"the {type(value).__name__} {value!r}"
-
-
-def _shown(value: Any) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (dict, list)):
-        return _kind_of(value)
-    return repr(value) if isinstance(value, str) else str(value)
-
-
-def show(value: Any) -> str:
-    """A setting's value as the start-up lines print it (``none`` for None, ``true``/``false``)."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    return "none" if value is None else str(value)
 
 
 # ------------------------------------------------------------------ writing a file

@@ -1,12 +1,12 @@
 """Errors that end the program: one line on stderr, exit code 2 for bad input, 1 when
 training cannot go on; and the argparse parser every command line uses, which reports a
-bad flag the same way."""
+bad flag the same way, with the :class:`Switch` action of its boolean flags."""
 from __future__ import annotations
 
 import argparse
 import re
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn, Optional
 
 
 class UsageError(Exception):
@@ -47,3 +47,26 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
         sys.exit(EXIT_USAGE)
+
+
+def opposite(option: str) -> str:
+    """The other half of a switch: ``--x`` -> ``--no-x``, ``--no-short`` -> ``--short``."""
+    name = option[2:]
+    return "--" + name[3:] if name.startswith("no-") else "--no-" + name
+
+
+class Switch(argparse.BooleanOptionalAction):
+    """A boolean flag and its opposite (:func:`opposite`): ``--x`` sets true, ``--no-x``
+    false; ``--no-short`` sets true, ``--short`` false. The last one given wins.
+    ``negatives`` holds the options that set false."""
+
+    def __init__(self, option_strings: list[str], dest: str, default: bool = False, required: bool = False,
+                 help: Optional[str] = None) -> None:
+        longs = [option for option in option_strings if option.startswith("--")]
+        self.negatives = frozenset(opposite(option) for option in longs)
+        argparse.Action.__init__(self, [*option_strings, *map(opposite, longs)], dest, nargs=0, default=default,
+                                 required=required, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: Optional[str] = None) -> None:
+        setattr(namespace, self.dest, option_string not in self.negatives)

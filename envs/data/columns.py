@@ -17,6 +17,7 @@ import pandas as pd
 
 from envs.data.checks import _numeric
 from envs.data.errors import _Ctx, _more
+from envs.data.features import FEATURE_MAX_ABS, FEATURE_MIN_ABS, out_of_range
 
 _PRICE_ALIASES: dict[str, tuple[str, ...]] = {
     "open": ("open", "o", "openprice"),
@@ -103,8 +104,8 @@ def _feature_columns(ctx: _Ctx, frame: pd.DataFrame, names: Sequence[str], order
     A name matches a column case-insensitively (failing that, ignoring spaces, ``_``,
     ``-`` and ``.``). In time order, a column may start with missing values (NaN or
     blank: an indicator's warm-up); after its first value every row must hold a finite
-    number. Text, inf, or a gap after the warm-up is a ``DataError`` naming the file,
-    the column and the row (the row as in the file).
+    number. Text, inf, a gap after the warm-up, or a value :func:`envs.data.features.out_of_range`
+    is a ``DataError`` naming the file, the column and the row (the row as in the file).
     """
     columns = list(frame.columns)
     out = np.empty((len(frame), len(names)))
@@ -133,5 +134,13 @@ def _feature_columns(ctx: _Ctx, frame: pd.DataFrame, names: Sequence[str], order
                 f"{what} in feature column '{col}' at {ctx.row(int(order[i]))}{_more(bad)}, after the column's "
                 f"first value at {ctx.row(int(order[start]))}; only leading rows (a warm-up) may be missing; "
                 f"fill or delete that row")
+        huge = out_of_range(values)
+        if huge.any():
+            i = int(np.argmax(huge))
+            raise ctx.fail(
+                f"feature column '{col}' at {ctx.row(int(order[i]))}{_more(huge)} holds {values[i]:g}, outside the "
+                f"magnitudes {FEATURE_MIN_ABS:g}..{FEATURE_MAX_ABS:g} (or 0) that its rolling z-score can square in "
+                f"float64; rescale the column (e.g. divide it by a power of ten: its z-score, what the agent "
+                f"sees, stays the same)")
         out[:, j] = values
     return out

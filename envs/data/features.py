@@ -13,8 +13,14 @@ backtest and bar by bar in :class:`FeatureNormaliser`)::
     mean    = sum(values) / c,  summed from bar b backwards
     std     = sqrt(sum((values - mean) ** 2) / c),  summed the same way (population std)
     z[b]    = (x[b] - mean) / std, clipped to +-FEATURE_CLIP,
-              or 0 where std <= STD_FLOOR_REL * |mean| + STD_FLOOR_ABS (a constant stretch
-              of the column, whose spread is rounding noise)
+              or 0 where std <= STD_FLOOR_REL * |mean| + STD_FLOOR_ABS (a constant stretch of
+              the column, whose spread is rounding noise; STD_FLOOR_ABS is 0, so the test is
+              relative and a column's scale never matters)
+
+Every defined value must be 0 or of a magnitude within [FEATURE_MIN_ABS, FEATURE_MAX_ABS]:
+beyond that, ``(x - mean) ** 2`` overflows float64 (or underflows to 0). The loader refuses
+such a value, naming file, column and row; as z is the same for ``x`` and ``x * k`` (k > 0),
+rescaling the column fixes it without changing what the agent sees.
 
 "Defined" means not NaN: a column may start with NaN rows (an indicator's warm-up),
 which count as absent; the loader refuses a NaN, inf or text value after a column's
@@ -38,7 +44,10 @@ import numpy as np
 FEATURE_WINDOW = 256  # N: bars of a feature's rolling mean and std
 FEATURE_CLIP = 5.0  # normalised features are clipped to +-this, as the returns are
 STD_FLOOR_REL = 1e-9  # a std this small next to |mean| is a constant column's rounding noise
-STD_FLOOR_ABS = 1e-12
+STD_FLOOR_ABS = 0.0  # no absolute floor: a column of tiny values is scaled like any other (kept for the ONNX metadata)
+# |value| bounds whose window sums of squares stay finite and normal in float64 (1e150 ** 2 x 256 < 1.8e308)
+FEATURE_MAX_ABS = 1e150
+FEATURE_MIN_ABS = 1e-150
 _CHUNK = 8192  # rows normalised at once (bounds the float64 scratch)
 
 
@@ -109,6 +118,14 @@ def _zscore(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
     return np.clip(z, -FEATURE_CLIP, FEATURE_CLIP)
 
 
+def out_of_range(values: np.ndarray) -> np.ndarray:
+    """Where ``values`` (any shape, NaN = absent) holds a nonzero magnitude outside
+    [FEATURE_MIN_ABS, FEATURE_MAX_ABS] (inf included): a value the z-score cannot take."""
+    size = np.abs(np.asarray(values, dtype=np.float64))
+    with np.errstate(invalid="ignore"):
+        return (size > FEATURE_MAX_ABS) | ((size > 0) & (size < FEATURE_MIN_ABS))
+
+
 def first_defined_bar(values: np.ndarray | None) -> int:
     """The first row where every column of ``values [n, F]`` is defined (0 without columns;
     ``n`` when some column is never defined)."""
@@ -133,7 +150,13 @@ class FeatureNormaliser:
         self._rows: deque[np.ndarray] = deque(maxlen=window)
 
     def update(self, raw: Sequence[float] | np.ndarray) -> np.ndarray:
+        """ValueError for a value :func:`out_of_range`."""
         row = np.asarray(raw, dtype=np.float64).reshape(self.num_features)
+        if out_of_range(row).any():
+            j = int(np.argmax(out_of_range(row)))
+            raise ValueError(f"feature {j} is {row[j]:g}, outside the magnitudes "
+                             f"{FEATURE_MIN_ABS:g}..{FEATURE_MAX_ABS:g} "
+                             f"a z-score can square in float64; rescale the column")
         self._rows.append(row)
         return self.current()
 

@@ -54,6 +54,7 @@ Checks
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -259,8 +260,26 @@ def load_ohlcv(path: str | os.PathLike | pd.DataFrame, date_format: str | None =
 # ----------------------------------------------------------------------------- date slices
 
 
+_NUMERIC_DATE = re.compile(r"^\s*(\d{1,2})([/.-])(\d{1,2})\2(\d{4})(?!\d)")
+
+
+def _refuse_ambiguous(text: str, flag: str) -> None:
+    """DataError for a date such as ``01/09/2017`` that reads as two days (month first or day
+    first), naming both readings in ISO form. ``13/09/2017`` or ``05/05/2017`` read one way."""
+    found = _NUMERIC_DATE.match(text)
+    if found is None:
+        return
+    first, second, year = int(found.group(1)), int(found.group(3)), found.group(4)
+    if first != second and 1 <= first <= 12 and 1 <= second <= 12:
+        month_first, day_first = f"{year}-{first:02d}-{second:02d}", f"{year}-{second:02d}-{first:02d}"
+        raise DataError(f"{flag} {text!r} can be read two ways: {month_first} (month first) or {day_first} "
+                        f"(day first); write the one you mean in ISO form, YYYY-MM-DD (e.g. {day_first})")
+
+
 def _parse_date(text: str, flag: str) -> tuple[pd.Timestamp, bool]:
-    """``text`` as a naive UTC timestamp, and whether it named a whole day (no time of day)."""
+    """``text`` as a naive UTC timestamp, and whether it named a whole day (no time of day).
+    DataError for text that is not a date or reads as two (``01/09/2017``)."""
+    _refuse_ambiguous(str(text), flag)
     try:
         stamp = pd.Timestamp(str(text).strip())
     except (ValueError, TypeError, OverflowError):
@@ -277,7 +296,8 @@ def date_span(data: MarketData, start: str | None = None, end: str | None = None
               flags: tuple[str, str] = ("--start", "--end")) -> tuple[int, int]:
     """Bars ``lo..hi-1`` of ``data`` with ``start <= time <= end`` (both inclusive, either may be None).
 
-    Dates are parsed by pandas (``2021-03-01``, ``2021-03-01T14:30``, ...); a time zone
+    Dates are parsed by pandas (``2021-03-01``, ``2021-03-01T14:30``, ...), except one
+    that reads as two days (``01/09/2017``: January 9 or September 1); a time zone
     is converted to UTC like the file's stamps. An ``end`` without a time of day
     includes that whole day. Raises ``DataError`` (one line, naming the ``flags`` that
     gave ``start`` and ``end``) for an unparseable date, ``start`` after ``end``, or a

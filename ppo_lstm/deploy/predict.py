@@ -31,7 +31,7 @@ from envs.data import DataError, date_span
 
 from ..config_file import add_config_options
 from ..evaluation.cli import settings_or_exit
-from ..errors import EXIT_USAGE, OneLineParser, UsageError, one_line
+from ..errors import EXIT_USAGE, OneLineParser, Switch, UsageError, one_line
 from .policy import Decision, TradingPolicy, as_market_data, parse_start
 from .state import STATE_VERSION, state_lock
 
@@ -67,7 +67,7 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
                         "checkpoint's")
     parser.add_argument("--device", default="cpu", metavar="DEV", help="with --checkpoint: torch device (cpu, "
                         "cuda, ...)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text")
+    parser.add_argument("--json", action=Switch, help="print one JSON object instead of the text")
     return parser
 
 

@@ -33,6 +33,7 @@ per-bar returns into one equity curve of ``N * L`` bars.
 """
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -43,7 +44,7 @@ from gymnasium.utils import seeding
 
 from envs.config import EnvConfig
 from envs.core import TradingCore
-from envs.data import MarketData
+from envs.data import MarketData, date_span
 
 from ..algo.agent import RecurrentActorCritic
 from .metrics import TradingMetrics, trading_metrics
@@ -96,10 +97,14 @@ class BacktestResult:
 # ----------------------------------------------------------------------------- the public API
 
 
-def backtest_history(agent: RecurrentActorCritic, env_config: EnvConfig, data: MarketData, start: int = 0,
-                     end: Optional[int] = None, greedy: bool = True, seed: int = 0,
-                     device: torch.device | str = "cpu") -> BacktestResult:
+def backtest_history(agent: RecurrentActorCritic, env_config: EnvConfig, data: MarketData,
+                     start: int | str | datetime.date = 0, end: Optional[int | str | datetime.date] = None,
+                     greedy: bool = True, seed: int = 0, device: torch.device | str = "cpu") -> BacktestResult:
     """The agent on ``data``'s bars ``start..end-1`` as one continuous episode, beside buy-and-hold.
+
+    ``start`` and ``end`` are bar indices, or dates (text such as ``"2017-09-01"``, a
+    ``datetime.date`` or ``pd.Timestamp``), both inclusive as ``evaluate-ppo-lstm --start``
+    and ``--end`` take them (an ``end`` date without a time of day includes that day).
 
     With features, ``data`` must carry them (``load_ohlcv(..., features=...)``) and the
     first decision is at or after the first bar where every one is defined: ``start``
@@ -111,7 +116,7 @@ def backtest_history(agent: RecurrentActorCritic, env_config: EnvConfig, data: M
     after the slice's first ``window`` bars, so ``T = end - start - window - 1`` bars are
     scored. Raises ``ValueError`` when the slice has fewer than ``window + 2`` bars.
     """
-    end = len(data) if end is None else end
+    start, end = _bar_bounds(data, start, end)
     if not 0 <= start < end <= len(data):
         raise ValueError(f"bars {start}..{end - 1} are not within the data's 0..{len(data) - 1}")
     W = env_config.window
@@ -279,3 +284,23 @@ def _trades(position: np.ndarray, opens: np.ndarray, units: float, config: EnvCo
         book += [fill] * int(abs(target) - keep)
         side = float(np.sign(target))
     return np.asarray(pnls, dtype=np.float64), fees
+
+
+def _bar_bounds(data: MarketData, start: int | str | datetime.date,
+                end: Optional[int | str | datetime.date]) -> tuple[int, int]:
+    """``start`` and ``end`` as bar indices ``start..end-1``; dates go through
+    :func:`envs.data.date_span` (ValueError, one line, for a bad date or an empty range)."""
+    def is_date(value: object) -> bool:
+        return isinstance(value, (str, datetime.date))  # pd.Timestamp and datetime are dates too
+
+    for name, value in (("start", start), ("end", end)):
+        if not (value is None and name == "end") and not is_date(value) and not isinstance(value, (int, np.integer)):
+            raise ValueError(f"backtest_history: {name} is a bar index or a date, got {value!r}")
+    lo = int(start) if not is_date(start) else None
+    hi = len(data) if end is None else (int(end) if not is_date(end) else None)
+    if lo is None or hi is None:
+        as_text = [value.isoformat() if isinstance(value, datetime.date) else value for value in (start, end)]
+        span = date_span(data, as_text[0] if lo is None else None, as_text[1] if hi is None else None,
+                         flags=("start", "end"))
+        lo, hi = (span[0] if lo is None else lo), (span[1] if hi is None else hi)
+    return lo, hi

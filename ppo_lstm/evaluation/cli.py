@@ -37,7 +37,7 @@ from ..config import TrainConfig
 from ..config_file import add_config_options, dump_settings, parse_args
 from ..distributed.cuda import configure_numerics
 from ..distributed.devices import resolve_device
-from ..errors import EXIT_USAGE, OneLineParser, UsageError, one_line
+from ..errors import EXIT_USAGE, OneLineParser, Switch, UsageError, one_line
 from ..algo.episodes import EpisodeTotals, episode_records
 from .report import (format_instruments_table, format_table, instruments_dict, plot, report_dict, write_equity_csv,
                      write_instruments_csv)
@@ -105,7 +105,7 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     where.add_argument("--seed", type=int, default=0, metavar="S",
                        help="seed of the simulated paths (disjoint from training's) and of --sample (default: 0)")
     policy = parser.add_argument_group("policy and costs")
-    policy.add_argument("--sample", action="store_true",
+    policy.add_argument("--sample", action=Switch,
                         help="sample actions from the policy (default: greedy, the most likely action)")
     policy.add_argument("--fee-bps", type=float, metavar="BPS", help="fee per traded notional, overriding "
                         "the checkpoint's")
@@ -114,7 +114,7 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     policy.add_argument("--device", default="cpu", metavar="DEV", help="torch device to run the policy on "
                         "(cpu, cuda, cuda:1, ...)")
     out = parser.add_argument_group("output")
-    out.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    out.add_argument("--json", action=Switch, help="print one JSON object instead of the table")
     out.add_argument("--equity-csv", type=Path, metavar="PATH",
                      help="write time,close,position,equity,buy_and_hold_equity, one row per bar (several "
                           "instruments: one file, an instrument column first, each instrument's rows in turn)")

@@ -33,11 +33,18 @@ class TradingMetrics:
     win_rate_pct: Optional[float]
     profit_factor: Optional[float]
     exposure_pct: Optional[float]
-    fees_paid: float
+    fees_paid: float  # fees and slippage: the same figure as fees_and_slippage_paid
+
+    @property
+    def fees_and_slippage_paid(self) -> float:
+        """Fees plus slippage paid, in money (``fees_paid`` is the same figure)."""
+        return self.fees_paid
 
     def as_dict(self) -> dict[str, Optional[float | int]]:
-        """The fields, in declaration order (JSON-safe)."""
-        return asdict(self)
+        """The fields, in declaration order (JSON-safe), then ``fees_and_slippage_paid``:
+        the figure of ``fees_paid`` under a name that says slippage is in it (``fees_paid``
+        stays, so that scripts reading it keep working)."""
+        return {**asdict(self), "fees_and_slippage_paid": self.fees_paid}
 
 
 def trading_metrics(equity: np.ndarray, position: np.ndarray, trade_pnls: np.ndarray, fees_paid: float,
@@ -85,7 +92,7 @@ def trading_metrics(equity: np.ndarray, position: np.ndarray, trade_pnls: np.nda
       but no winning one; None if there is no losing trade (no trades, or only winners
       and break-evens: the ratio would be infinite or 0/0).
     * ``exposure_pct = 100 #(position != 0) / T``; None if ``T == 0``.
-    * ``fees_paid``: the input, as a float.
+    * ``fees_paid``: the input, as a float (fees and slippage; also ``fees_and_slippage_paid``).
 
     Raises ``ValueError`` on bad shapes, non-finite inputs, ``equity[0] <= 0`` or
     ``periods_per_year <= 0``.

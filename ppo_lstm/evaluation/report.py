@@ -30,7 +30,7 @@ ROWS = (
     ("win_rate_pct", "win rate %", "{:.1f}"),
     ("profit_factor", "profit factor", "{:.2f}"),
     ("exposure_pct", "exposure %", "{:.1f}"),
-    ("fees_paid", "fees + slippage paid", "{:,.2f}"),
+    ("fees_and_slippage_paid", "fees + slippage paid", "{:,.2f}"),
 )
 DPI = 100
 FIGSIZE = (11.0, 8.0)

@@ -30,6 +30,7 @@ BEST_NAME = "best.pt"
 METRICS_NAME = "metrics.csv"
 RUN_CONFIG_NAME = "config.yaml"  # the run's resolved settings, a --config file
 TENSORBOARD_NAME = "tb"
+RUN_LOG_NAME = "training.log"  # the run's own log (--log-file is shared by the runs started in a directory)
 LOCK_NAME = ".lock"
 PREVIOUS_PREFIX = "previous-"
 # What a killed writer of this project can leave: ".<target>.<random>.tmp" for each file written
@@ -181,7 +182,7 @@ def peek_run_id(path: Path) -> Optional[str]:
 
 class CheckpointDir:
     """The run directory: ``checkpoint_uNNNNNNNN.pt`` files, ``latest``, ``best.pt``,
-    ``config.yaml``, ``metrics.csv`` and ``tb/``, all belonging to one run.
+    ``config.yaml``, ``metrics.csv``, ``training.log`` and ``tb/``, all belonging to one run.
 
     Rotation only ever deletes checkpoints of this run: the ones :meth:`save` wrote,
     plus those :meth:`adopt` found carrying the resumed run's ``run_id``.
@@ -221,11 +222,11 @@ class CheckpointDir:
 
     def run_files(self) -> list[Path]:
         """The files of a run in this directory: checkpoint files, ``latest``, ``best.pt``,
-        ``config.yaml``, ``metrics.csv`` and the ``tb/`` folder (not the lock, nor runs moved
-        aside; a folder under a file's name is nobody's run)."""
+        ``config.yaml``, ``metrics.csv``, ``training.log`` and the ``tb/`` folder (not the lock,
+        nor runs moved aside; a folder under a file's name is nobody's run)."""
         if not self.path.is_dir():
             return []
-        names = {LATEST_NAME, BEST_NAME, RUN_CONFIG_NAME, METRICS_NAME}
+        names = {LATEST_NAME, BEST_NAME, RUN_CONFIG_NAME, METRICS_NAME, RUN_LOG_NAME}
         return sorted(p for p in self.path.iterdir()
                       if (p.is_file() and (p.name in names or CHECKPOINT_PATTERN.match(p.name)))
                       or (p.name == TENSORBOARD_NAME and p.is_dir()))

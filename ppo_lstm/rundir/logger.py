@@ -1,5 +1,6 @@
-"""Rank 0's outputs: the episode line (console + ``training.log``), ``metrics.csv``,
-the tqdm progress bar and optional TensorBoard curves. Other ranks use :class:`NullLogger`.
+"""Rank 0's outputs: the episode line (console, ``--log-file`` and the run dir's own
+``training.log``), ``metrics.csv``, the tqdm progress bar and optional TensorBoard curves.
+Other ranks use :class:`NullLogger`.
 """
 from __future__ import annotations
 
@@ -49,15 +50,23 @@ def format_episode_line(episode: int, total: int, totals: EpisodeTotals, world_s
 
 
 class RunLogger:
-    """Writes rank 0's console lines, ``training.log``, ``metrics.csv`` and TensorBoard."""
+    """Writes rank 0's console lines, the log files, ``metrics.csv`` and TensorBoard."""
 
     def __init__(self, log_file: str, metrics_file: Path, total_episodes: int, done_episodes: int,
                  progress: bool, tensorboard_dir: Optional[Path] = None, console: TextIO = sys.stdout,
-                 extra_columns: tuple[str, ...] = ()) -> None:
-        """``extra_columns``: metrics.csv columns after :data:`METRIC_COLUMNS` (per-instrument
-        hold-out figures) in a new file."""
+                 extra_columns: tuple[str, ...] = (), run_log: Optional[Path] = None) -> None:
+        """``log_file`` is ``--log-file`` (``./training.log``, which every run started in a
+        directory appends to); ``run_log`` the run dir's own log, which holds this run's
+        lines only (once, when it is ``log_file`` itself). ``extra_columns``: metrics.csv
+        columns after :data:`METRIC_COLUMNS` (per-instrument hold-out figures) in a new file."""
         self.console = console
-        self._log = open(log_file, "a", buffering=1, encoding="utf-8")  # line-buffered: tail -f friendly
+        paths = [Path(log_file)]
+        if run_log is not None:
+            run_log.parent.mkdir(parents=True, exist_ok=True)
+            if run_log.resolve() != paths[0].resolve():
+                paths.append(run_log)
+        # line-buffered, appended: tail -f friendly, and each line reaches a shared log whole
+        self._logs = [open(path, "a", buffering=1, encoding="utf-8") for path in paths]
         metrics_file.parent.mkdir(parents=True, exist_ok=True)
         new_metrics = not metrics_file.exists() or metrics_file.stat().st_size == 0
         columns = METRIC_COLUMNS + extra_columns if new_metrics else upgrade_metrics_header(metrics_file)
@@ -72,17 +81,21 @@ class RunLogger:
     def header(self, config: dict[str, Any], world_size: int, note: str = "") -> None:
         """One line recording when and with what config the run (re)started."""
         stamp = datetime.datetime.now().isoformat(timespec="seconds")
-        self._log.write(f"# {stamp} run started (pid {os.getpid()}, world_size {world_size}){note} "
-                        f"config: {json.dumps(config, sort_keys=True)}\n")
-        self._log.flush()
+        self._write(f"# {stamp} run started (pid {os.getpid()}, world_size {world_size}){note} "
+                    f"config: {json.dumps(config, sort_keys=True)}\n")
+
+    def _write(self, text: str) -> None:
+        """Append ``text`` (whole lines) to every log file, in one write each."""
+        for log in self._logs:
+            log.write(text)
+            log.flush()
 
     def line(self, text: str, to_log: bool = True) -> None:
         """Print ``text`` above the progress bar and append it to the log file."""
         self._bar.write(text, file=self.console)
         self.console.flush()
         if to_log:
-            self._log.write(text + "\n")
-            self._log.flush()
+            self._write(text + "\n")
 
     def progress(self, episodes_done: int) -> None:
         self._bar.update(episodes_done - self._bar.n)
@@ -98,7 +111,8 @@ class RunLogger:
 
     def close(self) -> None:
         self._bar.close()
-        self._log.close()
+        for log in self._logs:
+            log.close()
         self._metrics.close()
         if self._tb is not None:
             self._tb.close()

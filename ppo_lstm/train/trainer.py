@@ -26,7 +26,7 @@ from envs.data import MarketData
 from .agreement import exchange
 from .build import build_agent, build_optimizer, check_model_matches
 from ..algo.buffer import RolloutBatch
-from ..rundir.checkpoint import CheckpointDir
+from ..rundir.checkpoint import RUN_LOG_NAME, CheckpointDir
 from ..config import TrainConfig, learning_rates, steps_per_env, update_batch
 from ..distributed import Worker, parameters_in_sync, trades_history
 from ..distributed.cuda import require_bf16
@@ -95,7 +95,8 @@ class Trainer:
             self.log: RunLogger | NullLogger = RunLogger(
                 config.log_file, run_dir / "metrics.csv", config.episodes, self.state.global_episodes,
                 config.progress, run_dir / "tb" if config.tensorboard else None,
-                extra_columns=self.holdout.extra_columns() if self.holdout is not None else ())
+                extra_columns=self.holdout.extra_columns() if self.holdout is not None else (),
+                run_log=run_dir / RUN_LOG_NAME)
         else:
             self.log = NullLogger()
         self.guard = UpdateGuard(self.agent, self.optimizer, self.world_size, self.log)  # undoes non-finite updates

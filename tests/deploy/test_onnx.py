@@ -181,7 +181,7 @@ def test_featured_metadata_names_the_columns_and_their_normalisation(featured: t
     assert json.loads(meta["features"]) == ["vol_z", "Mom"] and json.loads(meta["env"])["features"] == "vol_z,Mom"
     assert meta["obs_dim"] == "13"  # window 8 + 3 + 2 features
     assert (meta["feature_window"], meta["feature_clip"]) == ("256", "5.0")
-    assert (meta["feature_std_floor_rel"], meta["feature_std_floor_abs"]) == ("1e-09", "1e-12")
+    assert (meta["feature_std_floor_rel"], meta["feature_std_floor_abs"]) == ("1e-09", "0.0")
     assert "[W+3+j] the data's column features[j]" in meta["observation"]
     assert spec_of(meta, "m").features == ("vol_z", "Mom")
     for key, value, match in (("feature_window", "128", "feature_window"), ("features", '["vol_z"]', "not its env's")):

@@ -49,7 +49,7 @@ def reference_zscores(x: np.ndarray, window: int) -> np.ndarray:
         values = x[max(0, b - window + 1): b + 1]
         values = values[~np.isnan(values)]
         mean, std = values.mean(), values.std()
-        out[b] = 0.0 if std <= 1e-9 * abs(mean) + 1e-12 else np.clip((x[b] - mean) / std, -FEATURE_CLIP, FEATURE_CLIP)
+        out[b] = 0.0 if std <= 1e-9 * abs(mean) else np.clip((x[b] - mean) / std, -FEATURE_CLIP, FEATURE_CLIP)
     return out
 
 

@@ -24,7 +24,7 @@ NO_MATPLOTLIB = [sys.executable, "-c", "import sys; sys.modules['matplotlib'] = 
 TOP_KEYS = ["bars", "start", "end", "fee_bps", "slippage_bps", "agent", "buy_and_hold"]
 METRIC_KEYS = ["total_return_pct", "annual_return_pct", "annual_volatility_pct", "sharpe", "sortino", "calmar",
                "max_drawdown_pct", "max_drawdown_bars", "trades", "win_rate_pct", "profit_factor", "exposure_pct",
-               "fees_paid"]
+               "fees_paid", "fees_and_slippage_paid"]
 WINDOW = int(TINY[TINY.index("--window") + 1])
 BARS = 300
 

@@ -11,7 +11,7 @@ from ppo_lstm.evaluation.metrics import TradingMetrics, trading_metrics
 
 KEYS = ["total_return_pct", "annual_return_pct", "annual_volatility_pct", "sharpe", "sortino", "calmar",
         "max_drawdown_pct", "max_drawdown_bars", "trades", "win_rate_pct", "profit_factor", "exposure_pct",
-        "fees_paid"]
+        "fees_paid", "fees_and_slippage_paid"]
 NO_TRADES = np.array([])
 
 
@@ -26,7 +26,7 @@ def metrics(equity: list[float], periods_per_year: float = 252.0, position: list
 
 
 def test_fields_and_dict_keep_the_printed_order():
-    assert list(TradingMetrics.__dataclass_fields__) == KEYS
+    assert list(TradingMetrics.__dataclass_fields__) == KEYS[:-1]
     assert list(metrics([100.0, 101.0]).as_dict()) == KEYS
 
 
@@ -210,3 +210,11 @@ def test_json_round_trip():
 def test_bad_inputs_raise(equity, position, pnls, ppy, match):
     with pytest.raises(ValueError, match=match):
         trading_metrics(np.array(equity), np.array(position), np.array(pnls), 0.0, ppy)
+
+
+def test_the_json_key_says_what_the_figure_holds():
+    """``fees_paid`` includes slippage; ``fees_and_slippage_paid`` (the table's label) says so."""
+    m = metrics([100.0, 99.0], fees_paid=1.25)
+    assert m.as_dict()["fees_and_slippage_paid"] == m.as_dict()["fees_paid"] == m.fees_and_slippage_paid == 1.25
+    from ppo_lstm.evaluation.report import ROWS
+    assert ("fees_and_slippage_paid", "fees + slippage paid", "{:,.2f}") in ROWS

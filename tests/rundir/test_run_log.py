@@ -1,0 +1,46 @@
+"""Each run writes its own ``<checkpoint-dir>/training.log`` beside the ``--log-file`` that every
+run started in a directory appends to (``./training.log``, for ``tail -f``)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ppo_lstm.cli import main
+from ppo_lstm.rundir.checkpoint import CheckpointDir
+from ppo_lstm.rundir.logger import RunLogger
+
+TINY = ["--num-envs", "2", "--update-interval", "32", "--episode-length", "16", "--window", "8",
+        "--hidden-size", "16", "--lstm-size", "16", "--minibatches", "2", "--holdout-episodes", "2",
+        "--no-progress", "--device", "cpu", "--market", "regime", "--log-interval", "2"]
+
+
+def episode_lines(path: Path) -> list[str]:
+    return [line for line in path.read_text(encoding="utf-8").splitlines() if line.startswith("Episode ")]
+
+
+def test_two_runs_in_one_directory_keep_their_own_logs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["--episodes", "4", "--seed", "1", "--checkpoint-dir", "a", *TINY]) == 0
+    assert main(["--episodes", "6", "--seed", "2", "--checkpoint-dir", "b", *TINY]) == 0
+    shared, first, second = (episode_lines(Path(p)) for p in ("training.log", "a/training.log", "b/training.log"))
+    assert [line.split(" - ")[0] for line in first] == ["Episode 2/4", "Episode 4/4"]
+    assert [line.split(" - ")[0] for line in second] == ["Episode 2/6", "Episode 4/6", "Episode 6/6"]
+    assert shared == first + second  # ./training.log keeps every run's lines, in order
+    header = Path("b/training.log").read_text(encoding="utf-8").splitlines()[0]
+    assert header.startswith("# ") and '"checkpoint_dir": "b"' in header and '"seed": 2' in header
+    assert Path("b/training.log") in CheckpointDir("b").run_files()  # --overwrite moves it aside with the run
+
+
+def test_resume_appends_to_the_run_log(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["--episodes", "2", "--checkpoint-dir", "a", "--checkpoint-interval", "2", *TINY]) == 0
+    assert main(["--episodes", "4", "--checkpoint-dir", "a", "--resume", *TINY]) == 0
+    assert [line.split(" - ")[0] for line in episode_lines(Path("a/training.log"))] == \
+        ["Episode 2/2", "Episode 4/4"]
+
+
+def test_a_log_file_that_is_the_run_log_gets_each_line_once(tmp_path):
+    log = RunLogger(str(tmp_path / "training.log"), tmp_path / "metrics.csv", 4, 0, progress=False,
+                    run_log=tmp_path / "." / "training.log")
+    log.line("Episode 1/4")
+    log.close()
+    assert (tmp_path / "training.log").read_text(encoding="utf-8") == "Episode 1/4\n"
