@@ -31,7 +31,7 @@ from envs.instruments import data_paths, instrument_name
 from envs.vector import VectorTradingEnv
 
 from ..algo.agent import RecurrentActorCritic
-from .backtest import BacktestResult, backtest_history, backtest_simulated
+from .backtest import BacktestResult, backtest_history, backtest_simulated, first_decision_bar
 from ..rundir.checkpoint import BEST_NAME, LATEST_NAME, CheckpointDir, CheckpointError, load_checkpoint
 from ..config import TrainConfig
 from ..config_file import add_config_options, dump_settings, parse_args
@@ -226,21 +226,20 @@ def env_for_evaluation(config: TrainConfig, args: argparse.Namespace) -> EnvConf
 def load_slice(args: argparse.Namespace, window: int,
                features: tuple[str, ...] = ()) -> tuple[MarketData, int, int]:
     """The --data file (with the checkpoint's ``features`` columns) and the bars ``lo..hi-1``
-    of --start/--end; UsageError when unusable."""
+    of --start/--end (``lo``: the first bar at or after --start, where the backtest decides
+    first when the file has the history); UsageError when unusable."""
     try:
         data = load_ohlcv(args.data, args.date_format, features=features)
         lo, hi = date_span(data, args.start, args.end)
     except DataError as err:
         raise UsageError(str(err)) from None
-    if features and hi - max(lo, data.first_defined - window) < window + 2:
-        raise UsageError(f"{args.data}: every feature ({', '.join(features)}) is defined from "
-                         f"{data.timestamps[data.first_defined]} on, which leaves "
-                         f"{max(0, hi - data.first_defined)} bars of the slice to decide and trade on; a backtest "
-                         f"needs at least 2; widen --start/--end or use a longer file")
-    if hi - lo < window + 2:
+    first, late = first_decision_bar(data, lo, window, bool(features))
+    if hi - first < 2:
         chosen = "--start/--end select" if args.start or args.end else "the file has"
-        raise UsageError(f"{args.data}: {chosen} {hi - lo} bars; a backtest needs at least window + 2 = "
-                         f"{window + 2} (the checkpoint's {window}-bar window, a decision bar and a bar to trade)")
+        why = f"; {late}" if late else ""
+        raise UsageError(f"{args.data}: {chosen} {hi - lo} bars, {max(0, hi - first)} of them from the first bar "
+                         f"a decision can be taken at; a backtest needs at least 2 (the first decision bar and a "
+                         f"bar to trade){why}; widen --start/--end or use a longer file")
     return data, lo, hi
 
 
