@@ -20,12 +20,13 @@ import sys
 import zipfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
+import pandas as pd
 import torch
 
-from envs.config import EnvConfig
+from envs.config import MARKETS, EnvConfig
 from envs.data import DataError, MarketData, date_span, load_ohlcv
 from envs.instruments import data_paths, instrument_name
 from envs.vector import VectorTradingEnv
@@ -102,6 +103,9 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
                        "(default: detected)")
     where.add_argument("--episodes", type=int, metavar="N", help="without --data: simulated episodes of the "
                        f"training length, chained into one curve (default: {DEFAULT_EPISODES})")
+    where.add_argument("--market", choices=MARKETS, metavar="NAME", help="without --data: the simulated market, "
+                       f"one of {', '.join(MARKETS)} (default: the checkpoint's; a checkpoint trained on --data "
+                       "needs it named, or --data)")
     where.add_argument("--seed", type=int, default=0, metavar="S",
                        help="seed of the simulated paths (disjoint from training's) and of --sample (default: 0)")
     policy = parser.add_argument_group("policy and costs")
@@ -132,6 +136,8 @@ def check_args(args: argparse.Namespace) -> None:
                 raise UsageError(f"--{flag.replace('_', '-')} selects bars of --data; pass --data too")
     elif args.episodes is not None:
         raise UsageError("--episodes is for simulated evaluation; with --data the whole slice is one episode")
+    elif args.market is not None:
+        raise UsageError("--market is for simulated evaluation; with --data the file is the market")
     if args.episodes is not None and args.episodes < 1:
         raise UsageError(f"--episodes must be at least 1, got {args.episodes}")
     for flag in ("fee_bps", "slippage_bps"):
@@ -179,6 +185,14 @@ def load_policy(path: str | os.PathLike, device: torch.device | str = "cpu") -> 
                                                                                       TrainConfig]:
     """The checkpoint's agent (on ``device``, whatever world size wrote it) and its training
     config (``config.env`` holds its env settings). UsageError (one line) when unusable."""
+    agent, config, _ = load_policy_and_data(path, device)
+    return agent, config
+
+
+def load_policy_and_data(path: str | os.PathLike, device: torch.device | str = "cpu"
+                         ) -> tuple[RecurrentActorCritic, TrainConfig, Optional[list[dict]]]:
+    """:func:`load_policy`, and the fingerprint of the checkpoint's training data (one dict per
+    instrument, ``ppo_lstm.train.data_fingerprint``; None when it records none)."""
     path = Path(path)
     if not zipfile.is_zipfile(path):  # the trainer writes torch's zip format; a cut-off file has no zip directory
         raise UsageError(f"{path}: not a checkpoint (not a PyTorch archive, or truncated); pass a .pt file "
@@ -205,7 +219,8 @@ def load_policy(path: str | os.PathLike, device: torch.device | str = "cpu") -> 
             f"--lstm-size {config.lstm_size} --window {config.env.window} --max-position "
             f"{config.env.max_position}{' --no-short' if config.env.no_short else ''}"
             f"{f' --features {config.env.features}' if config.env.features else ''}): {one_line(err)}") from None
-    return agent.to(device), config
+    fingerprint = state.get("data")
+    return agent.to(device), config, fingerprint if isinstance(fingerprint, list) else None
 
 
 def _plain(text: str) -> str:
@@ -243,27 +258,64 @@ def load_slice(args: argparse.Namespace, window: int,
     return data, lo, hi
 
 
-def prepare(args: argparse.Namespace) -> tuple[Path, RecurrentActorCritic, EnvConfig, torch.device]:
-    """What every backtest of the flags needs: the checkpoint file, its agent on --device, its
-    env settings with the cost overrides, and the device. UsageError when unusable."""
+class Prepared(NamedTuple):
+    """What every backtest of the flags needs (:func:`prepare`)."""
+
+    path: Path  # the checkpoint file
+    agent: RecurrentActorCritic  # on --device
+    env: EnvConfig  # the checkpoint's env settings with the cost overrides (and --market)
+    device: torch.device
+    config: TrainConfig  # the checkpoint's training config
+    trained_on: Optional[list[dict]]  # the fingerprint of its training data, when it records one
+
+
+def prepare(args: argparse.Namespace) -> Prepared:
+    """The checkpoint of the flags, loaded; UsageError when unusable."""
     check_args(args)
     device = policy_device(args.device)
     path = checkpoint_file(args.checkpoint)
-    agent, config = load_policy(path, device)
-    return path, agent, env_for_evaluation(config, args), device
+    agent, config, trained_on = load_policy_and_data(path, device)
+    env = env_for_evaluation(config, args)
+    if args.market is not None:
+        env = replace(env, market=args.market)
+    return Prepared(path, agent, env, device, config, trained_on)
+
+
+def mark_training_bars(result: BacktestResult, trained_on: Optional[list[dict]], name: str) -> BacktestResult:
+    """``result`` with ``training_bars`` (how many of its scored bars lie within the checkpoint's
+    training bars: those of the instrument named ``name``, else of all its instruments) and
+    ``training_period``; unchanged when the checkpoint records no training data."""
+    if not trained_on:
+        return result
+    own = [e for e in trained_on if e.get("name") == name] or trained_on
+    try:
+        first = min(pd.Timestamp(e["train_first"]) for e in own)
+        last = max(pd.Timestamp(e["train_last"]) for e in own)
+    except (KeyError, TypeError, ValueError):
+        return result
+    times = pd.DatetimeIndex(result.time[1:])  # the T scored bars
+    result.training_bars = int(((times >= first) & (times <= last)).sum())
+    result.training_period = (first.isoformat(), last.isoformat())
+    return result
 
 
 def run(args: argparse.Namespace) -> tuple[BacktestResult, str]:
     """The backtest the flags ask for, and the report's title."""
-    path, agent, env, device = prepare(args)
+    path, agent, env, device, config, trained_on = prepare(args)
     actions = "sampled actions" if args.sample else "greedy actions"
     if args.data is not None:
         data, lo, hi = load_slice(args, env.window, env.feature_names)
         result = backtest_history(agent, env, data, lo, hi, greedy=not args.sample, seed=args.seed, device=device)
+        result = mark_training_bars(result, trained_on, instrument_name(str(args.data)))
         return result, f"Backtest of {path} on {args.data} ({actions})"
     if env.features:
         raise UsageError(f"{path} was trained with --features {env.features}, columns of a data file; a simulated "
                          f"market has none: pass --data with a file holding those columns")
+    if config.data is not None and args.market is None:
+        trained = " ".join(config.data) if isinstance(config.data, (list, tuple)) else str(config.data)
+        raise UsageError(f"{path} was trained on --data {trained}, and a simulated market is a market it never saw: "
+                         f"pass --data with a file to backtest it on, or name --market to backtest it on simulated "
+                         f"paths all the same")
     episodes = DEFAULT_EPISODES if args.episodes is None else args.episodes
     result = backtest_simulated(agent, env, episodes, args.seed, greedy=not args.sample, device=device)
     return result, (f"Backtest of {path} on {episodes} simulated '{env.market}' episodes of "
@@ -272,13 +324,14 @@ def run(args: argparse.Namespace) -> tuple[BacktestResult, str]:
 
 def run_several(args: argparse.Namespace, files: list[str]) -> tuple[dict[str, BacktestResult], str]:
     """The backtest of each instrument (the same checkpoint, slice dates and costs), by name."""
-    path, agent, env, device = prepare(args)
+    path, agent, env, device, _, trained_on = prepare(args)
     results = {}
     for file in files:
         one = argparse.Namespace(**{**vars(args), "data": Path(file)})
         data, lo, hi = load_slice(one, env.window, env.feature_names)
-        results[instrument_name(file)] = backtest_history(agent, env, data, lo, hi, greedy=not args.sample,
-                                                          seed=args.seed, device=device)
+        name = instrument_name(file)
+        results[name] = mark_training_bars(backtest_history(agent, env, data, lo, hi, greedy=not args.sample,
+                                                            seed=args.seed, device=device), trained_on, name)
     actions = "sampled actions" if args.sample else "greedy actions"
     return results, f"Backtest of {path} on {len(files)} instruments ({actions})"
 
