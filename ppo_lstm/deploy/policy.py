@@ -89,7 +89,8 @@ class TradingPolicy:
     """A trained policy, fed one bar at a time, that keeps its LSTM state, normalisers and book.
 
     See the module docstring for the timing. ``update`` returns None while the stream
-    is still warming up (fewer than ``window + 1`` bars from ``start``).
+    is still warming up (no bar at or after ``start`` yet, fewer than ``window + 1`` bars in
+    all, or a feature column without a value).
     """
 
     def __init__(self, spec: PolicySpec, step: StepFn, env: Optional[EnvConfig] = None) -> None:
