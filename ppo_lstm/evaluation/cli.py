@@ -188,7 +188,8 @@ def load_slice(args: argparse.Namespace, window: int,
     if hi - first < 2:
         chosen = "--start/--end select" if args.start or args.end else "the file has"
         why = f"; {late}" if late else ""
-        raise UsageError(f"{args.data}: {chosen} {hi - lo} bars, {max(0, hi - first)} of them from the first bar "
+        raise UsageError(f"{args.data}: {chosen} {hi - lo} bar{'s' if hi - lo != 1 else ''}, {max(0, hi - first)} "
+                         f"of them from the first bar "
                          f"a decision can be taken at; a backtest needs at least 2 (the first decision bar and a "
                          f"bar to trade){why}; widen --start/--end or use a longer file")
     return data, lo, hi

@@ -246,13 +246,12 @@ def test_bad_dates_and_flags(in_trained: Path, capsys: pytest.CaptureFixture) ->
         (["--start", "2020-06-01", "--end", "2020-05-01"], "--start 2020-06-01 is after --end 2020-05-01"),
         (["--start", "not-a-date"], "--start 'not-a-date' is not a date"),
         (["--end", "2020-13-45"], "--end '2020-13-45' is not a date"),
-        (["--start", "2020-06-01", "--end", "2020-06-01"], "select 1 bars, 1 of them from the first bar a decision "
+        (["--start", "2020-06-01", "--end", "2020-06-01"], "select 1 bar, 1 of them from the first bar a decision "
                                                           "can be taken at; a backtest needs at least 2"),
-        (["--start", "2020-01-01", "--end", "2020-01-13"], "select 9 bars, 1 of them from the first bar a decision can "
-                                                          "be taken at; a backtest needs at least 2 (the first decision "
-                                                          "bar and a bar to trade); trading starts at "
-                                                          "2020-01-13T00:00:00, not at 2020-01-01T00:00:00: the file "
-                                                          "has 0 bars before it and the 8-bar window needs 8"),
+        (["--start", "2020-01-01", "--end", "2020-01-13"],
+         "select 9 bars, 1 of them from the first bar a decision can be taken at; a backtest needs at least 2 (the "
+         "first decision bar and a bar to trade); trading starts at 2020-01-13T00:00:00, not at 2020-01-01T00:00:00: "
+         "the file has 0 bars before it and the 8-bar window needs 8"),
         (["--market", "gbm"], "--market is for simulated evaluation"),
         (["--start", "2030-01-01"], "no bars from 2030-01-01"),
         (["--episodes", "3"], "--episodes is for simulated evaluation"),
