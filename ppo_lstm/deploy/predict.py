@@ -156,15 +156,15 @@ def format_text(decision: Decision, policy: TradingPolicy, source: str) -> str:
         f"  target position  {_lots(decision.target_position)} lots (holding {_lots(decision.position)}: {trade})",
         f"  probabilities    {probabilities}",
         f"  value            {decision.value:.6g}",
-        f"  paper equity     {decision.equity:,.2f} (account opened at the close of "
-        f"{_iso(policy.opened_at)}, fills at the next open)"
+        f"  paper equity     {decision.equity:,.2f} ({_opened(policy.opened_at)}fills at the next open)"
         + ("; bust: kept flat" if decision.bust else ""),
     ]
     return "\n".join(lines)
 
 
-def _iso(stamp: Optional[pd.Timestamp]) -> str:
-    return "?" if stamp is None else stamp.isoformat()
+def _opened(stamp: Optional[pd.Timestamp]) -> str:
+    """``account opened at the close of <stamp>, `` (nothing for a state of an older version, which has no record)."""
+    return "" if stamp is None else f"account opened at the close of {stamp.isoformat()}, "
 
 
 def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
