@@ -13,6 +13,7 @@ from .config import TrainConfig, config_yaml, parse_command_line, resumed_config
 from .distributed import first_process, launch, launched_by_torchrun, resolve_device, world_size_for
 from .errors import EXIT_USAGE, UsageError
 from .train.build import build_agent, check_model_matches
+from .train.data_fingerprint import check_resume_data, data_fingerprint
 from .train.holdout import load_training_data
 from .train.run_dir import check_run_dir, hold_lock_for_workers, newest_checkpoint, release_lock_for_workers
 from .train.worker import train_worker
@@ -31,7 +32,9 @@ def preflight(config: TrainConfig, given: frozenset[str], world_size: int) -> Tr
         config = resumed_config(config, given, state["config"])[0]
     validate(config, world_size)
     if config.data is not None:
-        load_training_data(config)  # a bad file, bad dates or a split too short: one line, exit 2
+        datas, splits = load_training_data(config)  # a bad file, bad dates or a split too short: one line, exit 2
+        if config.resume:  # data changed since the checkpoint: refused unless --allow-data-change
+            check_resume_data(config, state, data_fingerprint(datas, splits), str(path))
     parameter_bytes = sum(p.numel() for p in build_agent(config).parameters()) * 4
     directory.check_writable(needed_bytes=4 * (3 * parameter_bytes + (1 << 20)))
     check_run_dir(config)  # not a live run's, and no run to write over unless --resume or --overwrite

@@ -83,6 +83,10 @@ class TrainConfig:
                       "settings (flags given here override them)", launch=True)
     overwrite: bool = _f(False, RUN, "start afresh in a --checkpoint-dir that holds a run, moving that run's files "
                          "into <checkpoint-dir>/previous-<timestamp>/", launch=True)
+    allow_data_change: bool = _f(False, RUN, "with --resume: go on when the training data changed since the "
+                                 "checkpoint (a file that grew or was edited, an instrument added or removed); "
+                                 "best.pt is then chosen afresh on the new hold-out (default: refuse such a resume)",
+                                 launch=True)
     progress: bool = _f(True, RUN, "show a tqdm progress bar over episodes", launch=True)
     tensorboard: bool = _f(False, RUN, "also write TensorBoard curves to <checkpoint-dir>/tb (needs tensorboard)")
     # PPO
@@ -314,6 +318,9 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
     if config.resume and config.overwrite:
         raise UsageError("--resume continues the run in --checkpoint-dir and --overwrite moves it aside; "
                          "pass only one of them")
+    if config.allow_data_change and not config.resume:
+        raise UsageError("--allow-data-change is for --resume (a fresh run has no earlier data to compare); "
+                         "drop it, or pass --resume")
     steps = steps_per_env(config, world_size)
     total = config.num_envs * world_size
     if total % config.minibatches:

@@ -5,7 +5,7 @@ continuous episode, but one bar at a time, so a live user gets each decision as 
 as a bar closes, and can stop and resume without replaying history::
 
     policy = TradingPolicy.load("checkpoints/best.pt")
-    decision = policy.warm_up("prices.csv", start="2024-01-02")  # past bars
+    decision = policy.warm_up("prices.csv", start="2024-01-02")  # past bars; decides from 2024-01-02 on
     decision = policy.update(time, open_, high, low, close, volume)  # each new bar
     decision.target_position                                        # lots for the next bar
 
@@ -19,12 +19,14 @@ When bar ``t+1`` comes in, the policy books that trade at bar ``t+1``'s open wit
 configured slippage and fee (or at the price ``fill`` reported), marks the position at
 its close, and decides again.
 
-Start: the bars before ``start`` (all bars if None) only warm up the normalised returns,
-as in ``evaluate-ppo-lstm --start``. With ``lo`` the first bar at or after ``start``, the
-first decision is taken after bar ``lo + window`` closes (its observation's returns are
-those of bars ``lo+1..lo+window``): there the LSTM starts from zero and the account opens
+Start: the first decision is taken after the first bar at or after ``start`` closes
+(the file's first bar if None), as in ``evaluate-ppo-lstm --start``; its observation's
+window is made of the ``window`` bars before it (past, so no look-ahead), and the bars
+before ``start`` also warm up the normalised returns. Only when fewer than ``window``
+bars came before it does the first decision wait for bar ``window`` of the stream.
+There the LSTM starts from zero and the account opens
 flat with ``initial_cash``, one lot being ``initial_cash / (K * close)`` units of that
-bar's close. The time feature's scale is the training episode length, clipped at 1
+bar's close (``opened_at``). The time feature's scale is the training episode length, clipped at 1
 (``envs.observation``). An account whose equity reaches 0 stays flat (the backtest's rule).
 With feature columns, the first decision is also at or after the first bar where every
 feature is defined (a column's leading NaN rows are its warm-up), as in
@@ -88,7 +90,8 @@ class TradingPolicy:
     """A trained policy, fed one bar at a time, that keeps its LSTM state, normalisers and book.
 
     See the module docstring for the timing. ``update`` returns None while the stream
-    is still warming up (fewer than ``window + 1`` bars from ``start``).
+    is still warming up (no bar at or after ``start`` yet, fewer than ``window + 1`` bars in
+    all, or a feature column without a value).
     """
 
     def __init__(self, spec: PolicySpec, step: StepFn, env: Optional[EnvConfig] = None) -> None:
@@ -146,6 +149,7 @@ class TradingPolicy:
         self._book.reset()
         self._h = self._c = np.zeros((1, self.spec.lstm_size), np.float32)
         self._decision: Optional[Decision] = None
+        self._opened_ns: Optional[int] = None
 
     def begin(self, start: Optional[str] = None) -> None:
         """Set ``start`` (a date, as ``--start``) before the first bar; None: decide from the first bar on."""
@@ -158,8 +162,9 @@ class TradingPolicy:
                 ) -> Optional[Decision]:
         """Start a fresh stream on past bars: a ``MarketData``, a DataFrame or a data file.
 
-        Returns the decision for the bar after the last one (None: fewer than
-        ``window + 1`` bars from ``start``). Resets the stream first.
+        Returns the decision for the bar after the last one (None: no bar at or after
+        ``start``, fewer than ``window + 1`` bars in all, or a feature column not defined
+        yet). Resets the stream first.
         """
         data = as_market_data(source, date_format, self.spec.features)
         self.reset()
@@ -222,7 +227,8 @@ class TradingPolicy:
 
     @property
     def bars_from_start(self) -> int:
-        """Bars consumed at or after ``start`` (decisions begin at ``window + 1``)."""
+        """Bars consumed at or after ``start`` (decisions begin at the first of them, once
+        ``window + 1`` bars are consumed in all)."""
         return self._chain.since_start
 
     @property
@@ -232,7 +238,13 @@ class TradingPolicy:
 
     @property
     def start(self) -> Optional[pd.Timestamp]:
+        """The ``start`` this stream was begun with (None: from the first bar)."""
         return None if self._chain.start_ns is None else pd.Timestamp(self._chain.start_ns)
+
+    @property
+    def opened_at(self) -> Optional[pd.Timestamp]:
+        """The first decision bar: the account opened at its close (None while warming up)."""
+        return None if self._opened_ns is None else pd.Timestamp(self._opened_ns)
 
     def undefined_features(self) -> list[str]:
         """The feature columns without a value at the last bar consumed (their warm-up): no
@@ -259,11 +271,17 @@ class TradingPolicy:
         if book.opened:
             book.book(open_, close)
         self._returns.push(close, self._chain.bars)
-        if not book.opened and self._chain.since_start > self.env.window and self._features.defined():
+        if not book.opened and self._ready():
             book.open(close)
+            self._opened_ns = t
             self._h = self._c = np.zeros((1, self.spec.lstm_size), np.float32)
         if book.opened:
             self._decide(t)
+
+    def _ready(self) -> bool:
+        """Whether the account opens at the bar just consumed (the module docstring's start rule)."""
+        chain = self._chain
+        return chain.since_start >= 1 and chain.bars > self.env.window and self._features.defined()
 
     def _decide(self, t: int) -> None:
         W = self.env.window
@@ -292,6 +310,7 @@ class TradingPolicy:
             "features": self._features.state(), "lstm": {"h": self._h[0].tolist(), "c": self._c[0].tolist()},
             "action": int(book.action[0]), "fill": None if book.fill is None else list(book.fill),
             "bust": book.bust, "decision": None if self._decision is None else self._decision._state(),
+            "opened_ns": self._opened_ns,
         })
 
     def load_state_dict(self, state: dict[str, Any]) -> int:
@@ -323,10 +342,15 @@ class TradingPolicy:
         self._h, self._c = h, c
         self._features.restore(s.get("features"), chain.bars)
         opened = bool(s["opened"])
-        if opened and chain.since_start <= W:
+        if opened and not (chain.since_start >= 1 and chain.bars > W):
             raise ValueError("'opened' does not match the bars consumed")
+        if not opened and self._ready():
+            raise UsageError("it waits for a first decision this version takes at a bar it already consumed (a "
+                             "state of an older version, whose first decision came window bars after --start); "
+                             "start a new --state file")
         if opened:
             self._book.restore(s)
+            self._opened_ns = None if s.get("opened_ns") is None else int(s["opened_ns"])
             self._decision = Decision._from_state(s["decision"], self.spec.positions, self.env.obs_dim)
 
     def save_state(self, path: str | os.PathLike) -> None:

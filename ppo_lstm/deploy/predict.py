@@ -27,6 +27,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+import pandas as pd
+
 from envs.data import DataError, date_span
 
 from ..config_file import add_config_options
@@ -51,9 +53,9 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
                         help="an ONNX file written by export-ppo-lstm (run with onnxruntime: the 'onnx' extra)")
     parser.add_argument("--data", required=True, type=Path, metavar="PATH", help="OHLCV history (CSV or Parquet), "
                         "with the feature columns of a checkpoint trained with --features")
-    parser.add_argument("--start", metavar="DATE", help="first bar of the slice, as evaluate-ppo-lstm --start: its "
-                        "first window bars fill the first observation, the bars before it only warm up the "
-                        "normalised returns (default: the file's first bar)")
+    parser.add_argument("--start", metavar="DATE", help="the first decision is taken at the first bar at or after "
+                        "DATE, as evaluate-ppo-lstm --start; its window comes from the bars before it (default: "
+                        "the file's first bar, then the first bar with a full window before it)")
     parser.add_argument("--date-format", metavar="FMT", help="strftime format of the time column (default: detected)")
     parser.add_argument("--state", type=Path, metavar="FILE", help="JSON state file: written on the first call; "
                         "later calls on the file with new bars appended consume only the new bars")
@@ -89,13 +91,13 @@ def check_state_path(path: Path) -> None:
         raise UsageError(f"cannot write --state {path}: no directory {path.parent}")
 
 
-def too_few(policy: TradingPolicy, source: str, bars: int, start: Optional[str]) -> UsageError:
-    """Fewer than window + 1 bars from --start. (A file whose feature column has no value yet at
-    its last bar holds no value in it at all: the loader refuses it, naming the column.)"""
+def too_few(policy: TradingPolicy, source: str, bars: int) -> UsageError:
+    """No decision yet: fewer than window + 1 bars in all. (A bar at or after --start exists:
+    ``date_span`` checked it; a file whose feature column has no value yet at its last bar
+    holds no value in it at all: the loader refuses it, naming the column.)"""
     W = policy.env.window
-    chosen = f"has {bars} bars from --start {start}" if start else f"has {bars} bars"
-    return UsageError(f"{source}: {chosen}; a decision needs at least window + 1 = {W + 1} (the policy's {W}-bar "
-                      f"window and the decision bar)")
+    return UsageError(f"{source}: has {bars} bars; a decision needs at least window + 1 = {W + 1} (the policy's "
+                      f"{W}-bar window and the decision bar)")
 
 
 def run(args: argparse.Namespace) -> tuple[TradingPolicy, Decision, int]:
@@ -136,15 +138,13 @@ def _run(args: argparse.Namespace) -> tuple[TradingPolicy, Decision, int]:
             raise UsageError("--fill reports the fill of a decision a --state file holds; pass the --state of "
                              "the call that took it")
         try:
-            lo, _ = date_span(data, args.start)
+            date_span(data, args.start)  # a bar at or after --start
         except DataError as err:
             raise UsageError(str(err)) from None
         decision = policy.warm_up(data, args.start)
         new = len(data)
-        if decision is None:
-            raise too_few(policy, str(args.data), len(data) - lo, args.start)
     if decision is None:
-        raise too_few(policy, str(args.data), policy.bars_from_start, args.start)
+        raise too_few(policy, str(args.data), policy.bars)
     if args.state is not None:
         policy.save_state(args.state)
     return policy, decision, new
@@ -168,11 +168,15 @@ def format_text(decision: Decision, policy: TradingPolicy, source: str) -> str:
         f"  target position  {_lots(decision.target_position)} lots (holding {_lots(decision.position)}: {trade})",
         f"  probabilities    {probabilities}",
         f"  value            {decision.value:.6g}",
-        f"  paper equity     {decision.equity:,.2f} (fills at the next open since "
-        f"{'the first bar' if policy.start is None else policy.start.date()})"
+        f"  paper equity     {decision.equity:,.2f} ({_opened(policy.opened_at)}fills at the next open)"
         + ("; bust: kept flat" if decision.bust else ""),
     ]
     return "\n".join(lines)
+
+
+def _opened(stamp: Optional[pd.Timestamp]) -> str:
+    """``account opened at the close of <stamp>, `` (nothing for a state of an older version, which has no record)."""
+    return "" if stamp is None else f"account opened at the close of {stamp.isoformat()}, "
 
 
 def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
@@ -189,7 +193,7 @@ def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
         return EXIT_USAGE
     if args.json:
         report = {**decision.to_dict(), "bars": policy.bars, "new_bars": new,
-                  "start": None if policy.start is None else policy.start.isoformat(),
+                  "start": None if policy.opened_at is None else policy.opened_at.isoformat(),
                   "route": policy.spec.backend}
         print(json.dumps(report, allow_nan=False))
     else:

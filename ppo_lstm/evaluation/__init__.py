@@ -1,6 +1,7 @@
 """Evaluating a trained policy: backtests, metrics and reports.
 
 - ``cli.py``: the evaluation command line (``evaluate-ppo-lstm``, ``python -m ppo_lstm.evaluate``);
+- ``loading.py``: a checkpoint's file, agent, config and training-data fingerprint, and the bars it trained on;
 - ``backtest.py``: ``backtest_history`` and ``backtest_simulated``, the env bar for bar;
 - ``metrics.py``: trading metrics (returns, Sharpe, drawdown, trades, ...);
 - ``report.py``: the report table, JSON, equity CSV and plot of a backtest;

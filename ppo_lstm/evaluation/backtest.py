@@ -20,8 +20,12 @@ Conventions (the agent and buy-and-hold alike):
   flattened at the next open and stays flat to the end of the run.
 
 ``backtest_history`` walks a slice of a file as ONE continuous episode: the LSTM state
-is carried through, the first ``window`` bars fill the first observation and trading
-starts after them. The time feature (bars held / scale) uses the *training* episode
+is carried through, the first decision is taken at the close of the slice's first bar
+(its first observation's window is made of the ``window`` bars before it, which are
+past: no look-ahead) and the first trade fills at the next bar's open. Only where the
+file holds fewer than ``window`` bars before the slice (or a feature column is not yet
+defined) does the first decision come later; ``BacktestResult.late_start`` then says
+why. The time feature (bars held / scale) uses the *training* episode
 length as its scale and is clipped at 1 (``envs.observation``), so however long the
 backtest, the agent sees the feature's training range. The normalised returns are those
 of the whole file up to the slice's end, as in training: causal, and the bars before the
@@ -77,6 +81,9 @@ class BacktestResult:
     periods_per_year: float
     simulated: bool
     episode_length: Optional[int] = None  # simulated: bars per chained episode
+    late_start: Optional[str] = None  # history: why the first decision is after the slice's first bar
+    training_bars: Optional[int] = None  # history: how many of the T bars lie in the checkpoint's training period
+    training_period: Optional[tuple[str, str]] = None  # history: that period's first and last bar (ISO)
 
     @property
     def bars(self) -> int:
@@ -85,8 +92,9 @@ class BacktestResult:
 
     @property
     def start(self) -> Optional[str]:
-        """ISO timestamp of the first bar traded (the first scored bar); None when simulated."""
-        return None if self.simulated else pd.Timestamp(self.time[1]).isoformat()
+        """ISO timestamp of the first decision bar (row 0: the account opens at its close, the
+        first trade fills at the next open); None when simulated."""
+        return None if self.simulated else pd.Timestamp(self.time[0]).isoformat()
 
     @property
     def end(self) -> Optional[str]:
@@ -95,6 +103,29 @@ class BacktestResult:
 
 
 # ----------------------------------------------------------------------------- the public API
+
+
+def first_decision_bar(data: MarketData, start: int, window: int, features: bool) -> tuple[int, Optional[str]]:
+    """The first bar a backtest of ``data`` from bar ``start`` decides at: ``start`` itself when
+    the file holds ``window`` bars before it (and, with ``features``, every feature column is
+    defined there); else the first bar where that holds, and one line saying why."""
+    first, why = start, None
+    if start < window:
+        first = window
+        why = (f"the file has {start} bar{'s' if start != 1 else ''} before it and the {window}-bar window "
+               f"needs {window}")
+    if features and data.first_defined > first:
+        first = data.first_defined
+        why = ("a feature column is never defined" if first >= len(data) else
+               f"every feature column is defined from {_iso(data, first)} on")
+    if why is None:
+        return first, None
+    shown = _iso(data, first) if first < len(data) else "after the last bar"
+    return first, f"trading starts at {shown}, not at {_iso(data, start)}: {why}"
+
+
+def _iso(data: MarketData, bar: int) -> str:
+    return pd.Timestamp(data.timestamps[bar]).isoformat()
 
 
 def backtest_history(agent: RecurrentActorCritic, env_config: EnvConfig, data: MarketData,
@@ -106,38 +137,37 @@ def backtest_history(agent: RecurrentActorCritic, env_config: EnvConfig, data: M
     ``datetime.date`` or ``pd.Timestamp``), both inclusive as ``evaluate-ppo-lstm --start``
     and ``--end`` take them (an ``end`` date without a time of day includes that day).
 
-    With features, ``data`` must carry them (``load_ohlcv(..., features=...)``) and the
-    first decision is at or after the first bar where every one is defined: ``start``
-    moves later when needed.
+    The first decision is taken at the close of bar ``start`` (its window: the ``window``
+    bars before it) and the first trade fills at bar ``start + 1``'s open, so
+    ``T = end - start - 1`` bars are scored and buy-and-hold holds from bar ``start``'s
+    close to the last. When the file has fewer than ``window`` bars before ``start``, or
+    (with features; ``data`` must carry them: ``load_ohlcv(..., features=...)``) a feature
+    is not yet defined at ``start``, the first decision moves to the first bar where it
+    can be taken, and ``late_start`` says so.
 
     ``env_config`` is the training env's (its ``episode_length`` is the time feature's
     scale); its costs and sizes are used as they are. ``greedy`` takes the most likely
-    action, else actions are sampled from a generator seeded by ``seed``. Trading starts
-    after the slice's first ``window`` bars, so ``T = end - start - window - 1`` bars are
-    scored. Raises ``ValueError`` when the slice has fewer than ``window + 2`` bars.
+    action, else actions are sampled from a generator seeded by ``seed``. Raises
+    ``ValueError`` when fewer than 2 bars are left from the first decision bar.
     """
     start, end = _bar_bounds(data, start, end)
     if not 0 <= start < end <= len(data):
         raise ValueError(f"bars {start}..{end - 1} are not within the data's 0..{len(data) - 1}")
     W = env_config.window
-    if env_config.feature_names and data.first_defined - W > start:
-        start = data.first_defined - W  # the first decision reads defined features
-        if end - start < W + 2:
-            raise ValueError(f"every feature is defined from bar {data.first_defined + 1} of the data on, which "
-                             f"leaves {max(0, end - data.first_defined)} bars to backtest; it needs at least 2 "
-                             f"(the first decision bar and one bar to trade)")
-    steps = end - start - W - 1
+    first, late = first_decision_bar(data, start, W, bool(env_config.feature_names))
+    steps = end - first - 1
     if steps < 1:
-        raise ValueError(f"{end - start} bars selected; a backtest needs at least window + 2 = {W + 2} "
-                         f"(a {W}-bar window, the first decision bar and one bar to trade)")
+        raise ValueError(f"{max(0, end - first)} bars from the first decision bar to the end; a backtest needs at "
+                         f"least 2 (the first decision bar and one bar to trade)"
+                         + (f" ({late})" if late else ""))
     config = replace(env_config, episode_length=steps)
-    core = TradingCore(2, config, data, span=(start, end), time_scale=env_config.episode_length)
+    core = TradingCore(2, config, data, span=(first - W, end), time_scale=env_config.episode_length)
     core.rngs = [np.random.default_rng(0), np.random.default_rng(0)]  # one start is possible: no draw matters
     core.reset_rows(core.rows)
     units = core.ledger.units.copy()
     equity, position = _play(core, agent, 1, steps, greedy, seed, device)
-    bars = slice(start + W, end)  # the first decision bar, then the T scored bars
-    opens = np.asarray(data.open[start + W + 1: end], dtype=np.float64)
+    bars = slice(first, end)  # the first decision bar, then the T scored bars
+    opens = np.asarray(data.open[first + 1: end], dtype=np.float64)
     pnls, fees = zip(*(_trades(position[:, i], opens, units[i], config) for i in range(2)))
     ppy = data.periods_per_year
     return BacktestResult(
@@ -145,7 +175,8 @@ def backtest_history(agent: RecurrentActorCritic, env_config: EnvConfig, data: M
         equity=equity[:, 0], buy_and_hold_equity=equity[:, 1], position=position[:, 0].astype(np.int64),
         agent=trading_metrics(equity[:, 0], position[:, 0], pnls[0], fees[0], ppy),
         buy_and_hold=trading_metrics(equity[:, 1], position[:, 1], pnls[1], fees[1], ppy),
-        fee_bps=config.fee_bps, slippage_bps=config.slippage_bps, periods_per_year=ppy, simulated=False)
+        fee_bps=config.fee_bps, slippage_bps=config.slippage_bps, periods_per_year=ppy, simulated=False,
+        late_start=late)
 
 
 def evaluation_seeds(seed: int, episodes: int) -> list[int]:

@@ -17,27 +17,26 @@ import math
 import os
 import re
 import sys
-import zipfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
 
-from envs.config import EnvConfig
+from envs.config import MARKETS, EnvConfig
 from envs.data import DataError, MarketData, date_span, load_ohlcv
 from envs.data.instruments import data_paths, instrument_name
 from envs.vector import VectorTradingEnv
 
 from ..algo.agent import RecurrentActorCritic
-from .backtest import BacktestResult, backtest_history, backtest_simulated
-from ..rundir.checkpoint import BEST_NAME, LATEST_NAME, CheckpointDir, CheckpointError, load_checkpoint
+from .backtest import BacktestResult, backtest_history, backtest_simulated, first_decision_bar
+from .loading import checkpoint_file, load_policy, load_policy_and_data, mark_training_bars  # noqa: F401 - re-exported
 from ..config import TrainConfig
 from ..config_file import add_config_options, dump_settings, parse_args
 from ..distributed.cuda import configure_numerics
 from ..distributed.devices import resolve_device
-from ..errors import EXIT_USAGE, OneLineParser, Switch, UsageError, one_line
+from ..errors import EXIT_USAGE, OneLineParser, Switch, UsageError
 from ..algo.episodes import EpisodeTotals, episode_records
 from .report import (format_instruments_table, format_table, instruments_dict, plot, report_dict, write_equity_csv,
                      write_instruments_csv)
@@ -102,6 +101,9 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
                        "(default: detected)")
     where.add_argument("--episodes", type=int, metavar="N", help="without --data: simulated episodes of the "
                        f"training length, chained into one curve (default: {DEFAULT_EPISODES})")
+    where.add_argument("--market", choices=MARKETS, metavar="NAME", help="without --data: the simulated market, "
+                       f"one of {', '.join(MARKETS)} (default: the checkpoint's; a checkpoint trained on --data "
+                       "needs it named, or --data)")
     where.add_argument("--seed", type=int, default=0, metavar="S",
                        help="seed of the simulated paths (disjoint from training's) and of --sample (default: 0)")
     policy = parser.add_argument_group("policy and costs")
@@ -132,6 +134,8 @@ def check_args(args: argparse.Namespace) -> None:
                 raise UsageError(f"--{flag.replace('_', '-')} selects bars of --data; pass --data too")
     elif args.episodes is not None:
         raise UsageError("--episodes is for simulated evaluation; with --data the whole slice is one episode")
+    elif args.market is not None:
+        raise UsageError("--market is for simulated evaluation; with --data the file is the market")
     if args.episodes is not None and args.episodes < 1:
         raise UsageError(f"--episodes must be at least 1, got {args.episodes}")
     for flag in ("fee_bps", "slippage_bps"):
@@ -155,59 +159,6 @@ def policy_device(name: str) -> torch.device:
     return device
 
 
-def checkpoint_file(path: Path) -> Path:
-    """``path`` if a file; in a directory its ``best.pt``, else the checkpoint ``latest`` names,
-    else its newest ``checkpoint_u*.pt``. UsageError when there is none."""
-    if not path.exists():
-        raise UsageError(f"--checkpoint {path}: no such file or directory")
-    if not path.is_dir():
-        if path.name == LATEST_NAME:  # the pointer file: the checkpoint it names
-            pointed = CheckpointDir(path.parent).latest()
-            if pointed is None or not pointed.is_file():
-                raise UsageError(f"--checkpoint {path} names no checkpoint file that exists")
-            return pointed
-        return path
-    directory = CheckpointDir(path)
-    for candidate in (path / BEST_NAME, directory.latest(), *directory.checkpoints()[:1]):
-        if candidate is not None and candidate.is_file():
-            return candidate
-    raise UsageError(f"--checkpoint {path}: no {BEST_NAME}, 'latest' or checkpoint_u*.pt in this directory; "
-                     f"pass a training run's --checkpoint-dir or a .pt file")
-
-
-def load_policy(path: str | os.PathLike, device: torch.device | str = "cpu") -> tuple[RecurrentActorCritic,
-                                                                                      TrainConfig]:
-    """The checkpoint's agent (on ``device``, whatever world size wrote it) and its training
-    config (``config.env`` holds its env settings). UsageError (one line) when unusable."""
-    path = Path(path)
-    if not zipfile.is_zipfile(path):  # the trainer writes torch's zip format; a cut-off file has no zip directory
-        raise UsageError(f"{path}: not a checkpoint (not a PyTorch archive, or truncated); pass a .pt file "
-                         f"written by the trainer, or its --checkpoint-dir")
-    try:
-        state = load_checkpoint(path)
-    except CheckpointError as err:
-        raise UsageError(str(err)) from None
-    saved = state.get("config")
-    if not isinstance(saved, dict) or not isinstance(saved.get("env", {}), dict):
-        raise UsageError(f"{path}: the checkpoint holds no training config; it was not written by the trainer")
-    try:
-        config = TrainConfig.from_dict(saved)
-        config.env.validate()
-        agent = RecurrentActorCritic(config.env.obs_dim, config.env.num_actions, config.hidden_size,
-                                     config.lstm_size)
-    except (TypeError, ValueError) as err:
-        raise UsageError(f"{path}: the checkpoint's config is unusable ({one_line(err)})") from None
-    try:
-        agent.load_state_dict(state["model"])
-    except (RuntimeError, TypeError, KeyError, AttributeError) as err:
-        raise UsageError(
-            f"{path}: the model does not match the checkpoint's settings (--hidden-size {config.hidden_size} "
-            f"--lstm-size {config.lstm_size} --window {config.env.window} --max-position "
-            f"{config.env.max_position}{' --no-short' if config.env.no_short else ''}"
-            f"{f' --features {config.env.features}' if config.env.features else ''}): {one_line(err)}") from None
-    return agent.to(device), config
-
-
 def _plain(text: str) -> str:
     """``text`` as one line without terminal escapes (torch's load errors carry bold markers)."""
     return " ".join(_ANSI.sub("", text).split())
@@ -226,45 +177,64 @@ def env_for_evaluation(config: TrainConfig, args: argparse.Namespace) -> EnvConf
 def load_slice(args: argparse.Namespace, window: int,
                features: tuple[str, ...] = ()) -> tuple[MarketData, int, int]:
     """The --data file (with the checkpoint's ``features`` columns) and the bars ``lo..hi-1``
-    of --start/--end; UsageError when unusable."""
+    of --start/--end (``lo``: the first bar at or after --start, where the backtest decides
+    first when the file has the history); UsageError when unusable."""
     try:
         data = load_ohlcv(args.data, args.date_format, features=features)
         lo, hi = date_span(data, args.start, args.end)
     except DataError as err:
         raise UsageError(str(err)) from None
-    if features and hi - max(lo, data.first_defined - window) < window + 2:
-        raise UsageError(f"{args.data}: every feature ({', '.join(features)}) is defined from "
-                         f"{data.timestamps[data.first_defined]} on, which leaves "
-                         f"{max(0, hi - data.first_defined)} bars of the slice to decide and trade on; a backtest "
-                         f"needs at least 2; widen --start/--end or use a longer file")
-    if hi - lo < window + 2:
+    first, late = first_decision_bar(data, lo, window, bool(features))
+    if hi - first < 2:
         chosen = "--start/--end select" if args.start or args.end else "the file has"
-        raise UsageError(f"{args.data}: {chosen} {hi - lo} bars; a backtest needs at least window + 2 = "
-                         f"{window + 2} (the checkpoint's {window}-bar window, a decision bar and a bar to trade)")
+        why = f"; {late}" if late else ""
+        raise UsageError(f"{args.data}: {chosen} {hi - lo} bar{'s' if hi - lo != 1 else ''}, {max(0, hi - first)} "
+                         f"of them from the first bar "
+                         f"a decision can be taken at; a backtest needs at least 2 (the first decision bar and a "
+                         f"bar to trade){why}; widen --start/--end or use a longer file")
     return data, lo, hi
 
 
-def prepare(args: argparse.Namespace) -> tuple[Path, RecurrentActorCritic, EnvConfig, torch.device]:
-    """What every backtest of the flags needs: the checkpoint file, its agent on --device, its
-    env settings with the cost overrides, and the device. UsageError when unusable."""
+class Prepared(NamedTuple):
+    """What every backtest of the flags needs (:func:`prepare`)."""
+
+    path: Path  # the checkpoint file
+    agent: RecurrentActorCritic  # on --device
+    env: EnvConfig  # the checkpoint's env settings with the cost overrides (and --market)
+    device: torch.device
+    config: TrainConfig  # the checkpoint's training config
+    trained_on: Optional[list[dict]]  # the fingerprint of its training data, when it records one
+
+
+def prepare(args: argparse.Namespace) -> Prepared:
+    """The checkpoint of the flags, loaded; UsageError when unusable."""
     check_args(args)
     device = policy_device(args.device)
     path = checkpoint_file(args.checkpoint)
-    agent, config = load_policy(path, device)
-    return path, agent, env_for_evaluation(config, args), device
+    agent, config, trained_on = load_policy_and_data(path, device)
+    env = env_for_evaluation(config, args)
+    if args.market is not None:
+        env = replace(env, market=args.market)
+    return Prepared(path, agent, env, device, config, trained_on)
 
 
 def run(args: argparse.Namespace) -> tuple[BacktestResult, str]:
     """The backtest the flags ask for, and the report's title."""
-    path, agent, env, device = prepare(args)
+    path, agent, env, device, config, trained_on = prepare(args)
     actions = "sampled actions" if args.sample else "greedy actions"
     if args.data is not None:
         data, lo, hi = load_slice(args, env.window, env.feature_names)
         result = backtest_history(agent, env, data, lo, hi, greedy=not args.sample, seed=args.seed, device=device)
+        result = mark_training_bars(result, trained_on, instrument_name(str(args.data)))
         return result, f"Backtest of {path} on {args.data} ({actions})"
     if env.features:
         raise UsageError(f"{path} was trained with --features {env.features}, columns of a data file; a simulated "
                          f"market has none: pass --data with a file holding those columns")
+    if config.data is not None and args.market is None:
+        trained = " ".join(config.data) if isinstance(config.data, (list, tuple)) else str(config.data)
+        raise UsageError(f"{path} was trained on --data {trained}, and a simulated market is a market it never saw: "
+                         f"pass --data with a file to backtest it on, or name --market to backtest it on simulated "
+                         f"paths all the same")
     episodes = DEFAULT_EPISODES if args.episodes is None else args.episodes
     result = backtest_simulated(agent, env, episodes, args.seed, greedy=not args.sample, device=device)
     return result, (f"Backtest of {path} on {episodes} simulated '{env.market}' episodes of "
@@ -273,13 +243,14 @@ def run(args: argparse.Namespace) -> tuple[BacktestResult, str]:
 
 def run_several(args: argparse.Namespace, files: list[str]) -> tuple[dict[str, BacktestResult], str]:
     """The backtest of each instrument (the same checkpoint, slice dates and costs), by name."""
-    path, agent, env, device = prepare(args)
+    path, agent, env, device, _, trained_on = prepare(args)
     results = {}
     for file in files:
         one = argparse.Namespace(**{**vars(args), "data": Path(file)})
         data, lo, hi = load_slice(one, env.window, env.feature_names)
-        results[instrument_name(file)] = backtest_history(agent, env, data, lo, hi, greedy=not args.sample,
-                                                          seed=args.seed, device=device)
+        name = instrument_name(file)
+        results[name] = mark_training_bars(backtest_history(agent, env, data, lo, hi, greedy=not args.sample,
+                                                            seed=args.seed, device=device), trained_on, name)
     actions = "sampled actions" if args.sample else "greedy actions"
     return results, f"Backtest of {path} on {len(files)} instruments ({actions})"
 

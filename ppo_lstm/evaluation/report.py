@@ -37,11 +37,15 @@ FIGSIZE = (11.0, 8.0)
 
 
 def report_dict(result: BacktestResult) -> dict[str, Any]:
-    """The JSON object: ``bars``, ``start``, ``end``, ``fee_bps``, ``slippage_bps``, ``agent``, ``buy_and_hold``."""
+    """The JSON object: ``bars``, ``start``, ``end``, ``late_start``, ``training_bars``,
+    ``training_period``, ``fee_bps``, ``slippage_bps``, ``agent``, ``buy_and_hold``."""
     return {
         "bars": result.bars,
         "start": result.start,
         "end": result.end,
+        "late_start": result.late_start,
+        "training_bars": result.training_bars,
+        "training_period": None if result.training_period is None else list(result.training_period),
         "fee_bps": float(result.fee_bps),
         "slippage_bps": float(result.slippage_bps),
         "agent": result.agent.as_dict(),
@@ -102,7 +106,23 @@ def format_instruments_table(results: dict[str, BacktestResult], title: str) -> 
                          r.agent.as_dict(), r.buy_and_hold.as_dict()))
     mean = mean_report(results)
     lines.append(row(f"mean of {len(results)}", "", "", "", "", mean["agent"], mean["buy_and_hold"]))
-    return "\n".join(lines)
+    notes = [f"  {name}: {line}" for name, r in results.items() for line in notes_of(r)]
+    return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def notes_of(result: BacktestResult) -> list[str]:
+    """The report's lines on where trading starts (when later than asked) and on how many of
+    the bars the checkpoint was trained on."""
+    notes = [result.late_start] if result.late_start else []
+    if result.training_bars is not None and result.training_period is not None:
+        first, last = (stamp[:10] if stamp.endswith("T00:00:00") else stamp for stamp in result.training_period)
+        if result.training_bars:
+            notes.append(f"in-sample: {result.training_bars} of the {result.bars} bars are within the checkpoint's "
+                         f"training bars ({first} to {last})")
+        else:
+            notes.append(f"out-of-sample: none of the {result.bars} bars is within the checkpoint's training bars "
+                         f"({first} to {last})")
+    return notes
 
 
 def write_instruments_csv(results: dict[str, BacktestResult], path: Path) -> None:
@@ -125,10 +145,11 @@ def format_table(result: BacktestResult, title: str) -> str:
     if result.simulated:
         span = f"{result.bars} bars (chained simulated episodes, {result.periods_per_year:g} bars/year assumed)"
     else:
-        span = (f"{result.bars} bars from {result.start} to {result.end} "
+        span = (f"{result.bars} bars traded from the close of {result.start} to {result.end} "
                 f"({result.periods_per_year:g} bars/year)")
     lines = [title, f"  {span}; fee {result.fee_bps:g} bps, slippage {result.slippage_bps:g} bps",
-             "  final positions marked to market at the last close (no exit costs)", ""]
+             "  final positions marked to market at the last close (no exit costs)",
+             *(f"  {note}" for note in notes_of(result)), ""]
     agent, hold = result.agent.as_dict(), result.buy_and_hold.as_dict()
     label_width = max(len(label) for _, label, _ in ROWS)
     lines.append(f"  {'':<{label_width}}  {'agent':>12}  {'buy & hold':>12}")

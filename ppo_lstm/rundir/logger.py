@@ -58,7 +58,8 @@ class RunLogger:
         """``log_file`` is ``--log-file`` (``./training.log``, which every run started in a
         directory appends to); ``run_log`` the run dir's own log, which holds this run's
         lines only (once, when it is ``log_file`` itself). ``extra_columns``: metrics.csv
-        columns after :data:`METRIC_COLUMNS` (per-instrument hold-out figures) in a new file."""
+        columns after :data:`METRIC_COLUMNS` (per-instrument hold-out figures); an existing file
+        that lacks some is rewritten with them."""
         self.console = console
         paths = [Path(log_file)]
         if run_log is not None:
@@ -69,7 +70,8 @@ class RunLogger:
         self._logs = [open(path, "a", buffering=1, encoding="utf-8") for path in paths]
         metrics_file.parent.mkdir(parents=True, exist_ok=True)
         new_metrics = not metrics_file.exists() or metrics_file.stat().st_size == 0
-        columns = METRIC_COLUMNS + extra_columns if new_metrics else upgrade_metrics_header(metrics_file)
+        columns = (METRIC_COLUMNS + extra_columns if new_metrics
+                   else upgrade_metrics_header(metrics_file, extra_columns))
         self._metrics = open(metrics_file, "a", newline="", encoding="utf-8")
         self._csv = csv.DictWriter(self._metrics, fieldnames=columns)
         if new_metrics:
@@ -118,17 +120,19 @@ class RunLogger:
             self._tb.close()
 
 
-def upgrade_metrics_header(path: Path) -> tuple[str, ...]:
-    """The columns to append to an existing metrics.csv with. A file written by an older
-    version (fewer columns) is rewritten in place, atomically, under today's header, its
-    rows' new cells empty; columns it has that today's lack are kept at the end."""
+def upgrade_metrics_header(path: Path, extra_columns: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The columns to append to an existing metrics.csv with. A file that lacks some of
+    today's columns or of ``extra_columns`` (written by an older version, or before an
+    instrument was added) is rewritten in place, atomically, under today's header and the
+    extra columns, its rows' new cells empty; columns it has that those lack are kept at the end."""
     with open(path, newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
         old = tuple(reader.fieldnames or ())
-        if set(METRIC_COLUMNS) <= set(old):
+        if set(METRIC_COLUMNS + extra_columns) <= set(old):
             return old
         rows = list(reader)
-    columns = METRIC_COLUMNS + tuple(c for c in old if c not in METRIC_COLUMNS)
+    wanted = METRIC_COLUMNS + tuple(extra_columns)
+    columns = wanted + tuple(c for c in old if c not in wanted)
     text = io.StringIO(newline="")
     writer = csv.DictWriter(text, fieldnames=columns)
     writer.writeheader()

@@ -7,6 +7,7 @@
 - ``run_dir.py``: resume, the run lock and run-dir claiming, for the command line and the workers;
 - ``run_state.py``: ``RunState``, the counters, episode quotas and the checkpoint dict;
 - ``holdout.py``: which bars train and which are held out, and the hold-out backtest;
+- ``data_fingerprint.py``: the training data's fingerprint in checkpoints, and the ``--resume`` check on it;
 - ``agreement.py``: the one collective of each iteration (``exchange``);
 - ``build.py``: the agent and optimizer from a config, and the model-fits-checkpoint check;
 - ``shutdown.py``: ``StopRequest`` (SIGINT / SIGTERM);

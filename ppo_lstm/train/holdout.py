@@ -5,10 +5,10 @@ With ``--data``, bars ``lo..hi-1`` are those ``--data-start`` / ``--data-end`` s
 (default: the whole file). The last ``round(holdout * (hi - lo))`` of them are held out:
 training episodes lie within bars ``lo..split-1`` and never read a later bar. The
 hold-out backtest is :func:`ppo_lstm.evaluation.backtest.backtest_history` on bars
-``split-W-1..hi-1``: its first observation is the window of (training) bars before
-``split``, its first decision is taken at the close of bar ``split-1`` and its first
-trade fills at bar ``split``'s open, so every held-out bar is scored and none is
-trained on. ``evaluate-ppo-lstm --data FILE --start <bar split-W-1> --end <bar hi-1>``
+``split..hi-1``: its first decision is taken at the close of the first held-out bar
+``split`` (its window: the bars before it, past and so no look-ahead) and its first
+trade fills at bar ``split+1``'s open, so the bars after ``split`` are scored and none
+is trained on. ``evaluate-ppo-lstm --data FILE --start <bar split> --end <bar hi-1>``
 runs exactly that backtest (:meth:`Holdout.evaluate_command`).
 
 With several instruments (``--data A.csv B.csv``, or a directory), the hold-out is ONE cut
@@ -49,7 +49,7 @@ from ..config import TrainConfig
 from ..errors import UsageError
 from ..rundir.logger import HOLDOUT_COLUMNS
 
-MIN_HOLDOUT_BARS = 2  # the fewest held-out bars a backtest can score with a Sharpe ratio
+MIN_HOLDOUT_BARS = 3  # the fewest held-out bars a backtest can score with a Sharpe ratio (the first decides)
 
 
 @dataclass(frozen=True)
@@ -70,9 +70,10 @@ class DataSplit:
     def holdout_bars(self) -> int:
         return self.hi - self.split
 
-    def backtest_span(self, window: int) -> tuple[int, int]:
-        """The bars ``backtest_history`` is given so that it scores exactly ``split..hi-1``."""
-        return self.split - window - 1, self.hi
+    def backtest_span(self) -> tuple[int, int]:
+        """The bars ``backtest_history`` is given: the held-out ``split..hi-1`` (it decides
+        first at the close of ``split``)."""
+        return self.split, self.hi
 
 
 def split_data(data: MarketData, config: TrainConfig) -> DataSplit:
@@ -253,13 +254,13 @@ class Holdout:
             assert self.datas is not None and self.splits is not None
             results = {}
             for data, split in zip(self.datas, self.splits):
-                lo, hi = split.backtest_span(self.env.window)
+                lo, hi = split.backtest_span()
                 results[instrument_name(data.source)] = backtest_history(agent, self.env, data, lo, hi, greedy=True,
                                                                          device=device)
             return InstrumentsResult(results, self.counted())
         if self.data is not None:
             assert self.split is not None
-            lo, hi = self.split.backtest_span(self.env.window)
+            lo, hi = self.split.backtest_span()
             return backtest_history(agent, self.env, self.data, lo, hi, greedy=True, device=device)
         return backtest_simulated(agent, self.env, self.config.holdout_episodes, self.config.seed, greedy=True,
                                   device=device)
@@ -303,7 +304,7 @@ class Holdout:
         assert self.datas is not None and self.splits is not None
         out = []
         for data, split in zip(self.datas, self.splits):
-            lo, hi = split.backtest_span(self.env.window)
+            lo, hi = split.backtest_span()
             words = ["evaluate-ppo-lstm", "--checkpoint", checkpoint, "--data", data.source, "--start",
                      _iso(data.timestamps[lo]), "--end", _iso(data.timestamps[hi - 1])]
             if self.config.date_format:
@@ -316,7 +317,7 @@ class Holdout:
         words = ["evaluate-ppo-lstm", "--checkpoint", checkpoint]
         if self.data is not None:
             assert self.split is not None
-            lo, hi = self.split.backtest_span(self.env.window)
+            lo, hi = self.split.backtest_span()
             words += ["--data", str(self.config.data), "--start", _iso(self.data.timestamps[lo]),
                       "--end", _iso(self.data.timestamps[hi - 1])]
             if self.config.date_format:

@@ -100,9 +100,10 @@ class RunState:
 
     def checkpoint(self, config: TrainConfig, world_size: int, agent: torch.nn.Module,
                    optimizer: torch.optim.Optimizer, permutation_generator: torch.Generator,
-                   ranks: list[dict[str, Any]], score: float) -> dict[str, Any]:
-        """The checkpoint dict: weights, optimizer, config, counters and every rank's state,
-        every tensor on the CPU."""
+                   ranks: list[dict[str, Any]], score: float,
+                   data: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
+        """The checkpoint dict: weights, optimizer, config, counters, every rank's state and
+        ``data``, the training data's fingerprint (``data_fingerprint``), every tensor on the CPU."""
         return on_cpu({
             "format": CHECKPOINT_FORMAT,
             "run_id": self.run_id,
@@ -119,6 +120,7 @@ class RunState:
                 "best_score": self.best_score, "score": score, "best_holdout": self.best_holdout,
             },
             "ranks": ranks,
+            "data": data,
         })
 
     def restore(self, state: dict[str, Any], config: TrainConfig, rank: int, world_size: int) -> Optional[str]:

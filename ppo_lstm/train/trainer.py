@@ -31,6 +31,7 @@ from ..config import TrainConfig, learning_rates, steps_per_env, update_batch
 from ..distributed import Worker, parameters_in_sync, trades_history
 from ..distributed.cuda import require_bf16
 from ..errors import one_line
+from .data_fingerprint import check_resume_data, data_fingerprint
 from .guard import UpdateGuard, outputs_finite
 from .holdout import DataSplit, Holdout, HoldoutResult, holdout_columns, holdout_line, holdout_score, load_training_data
 from .messages import metrics_row, startup_lines, summary_lines
@@ -82,6 +83,7 @@ class Trainer:
             traded, spans = data, [s.train_span for s in split]
         self.rollout = RolloutCollector(config, self.agent, self.rank, self.steps, self.device, traded, spans)
         self.holdout = Holdout.of(config, data, split) if self.rank == 0 else None  # rank 0 backtests it
+        self.data_fingerprint = data_fingerprint(data, split)  # None where this rank simulates
         self.state = RunState.fresh(config, self.rank, self.world_size)
         self.resumed_from: Optional[Path] = None
         if resume is not None:
@@ -117,13 +119,16 @@ class Trainer:
         for group, lr in zip(self.optimizer.param_groups, self.learning_rates):
             group["lr"] = lr  # the run's rates (a rate given on the command line wins)
         self.permutation_generator.set_state(state["permutation_generator"])
+        data_note, data_changed = check_resume_data(self.config, state, self.data_fingerprint, str(path))
         warning = self.state.restore(state, self.config, self.rank, self.world_size)
-        if warning is None:
+        if warning is None and not data_changed:
             warning = self._restore_rank(state["ranks"][self.rank])
         else:
             self.rollout.restart(generation=self.state.update)
-        if warning is not None and self.rank == 0:
-            self.notes.append(warning)
+        if data_changed:  # --allow-data-change: the old hold-out's scores do not compare
+            self.state.best_score, self.state.best_holdout = -math.inf, None
+        if self.rank == 0:
+            self.notes += [line for line in (data_note, warning) if line is not None]
         self.resumed_from = path
 
     def _restore_rank(self, saved: dict[str, Any]) -> Optional[str]:
@@ -278,5 +283,5 @@ class Trainer:
                 s.best_holdout = {"episode": s.global_episodes, "line": holdout_line(s.global_episodes, holdout),
                                   **holdout_columns(holdout)}
         checkpoint = s.checkpoint(self.config, self.world_size, self.agent, self.optimizer,
-                                  self.permutation_generator, ranks, score)
+                                  self.permutation_generator, ranks, score, self.data_fingerprint)
         self.checkpoints.save(checkpoint, s.update, is_best)

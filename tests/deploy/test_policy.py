@@ -78,14 +78,16 @@ def test_stream_takes_the_backtests_decisions_bit_for_bit(run: Path, start: str 
     result = backtest_history(agent, config.env, data, lo, hi)
     decisions = stream(TradingPolicy.load(run / "checkpoints"), data, start)
     W = config.env.window
-    assert len(decisions) == result.bars + 1  # one decision per bar from lo + W, the last one for the next bar
-    assert [d.time for d in decisions] == [pd.Timestamp(t) for t in data.timestamps[lo + W:]]
+    first = max(lo, W)  # the first bar at or after start, unless the file has fewer than W bars before it
+    assert (first == lo) == (start is not None)
+    assert len(decisions) == result.bars + 1  # one decision per bar from first, the last one for the next bar
+    assert [d.time for d in decisions] == [pd.Timestamp(t) for t in data.timestamps[first:]]
     targets = np.array([d.target_position for d in decisions])
     assert np.array_equal(targets[:-1], result.position)
     assert len(set(targets.tolist())) >= 2  # the policy trades
     assert np.array_equal([d.equity for d in decisions], result.equity)  # the book, bit for bit
     assert np.array_equal([d.position for d in decisions[1:]], result.position)
-    observations, logits = backtest_observations(agent, config.env, data, lo, result.position)
+    observations, logits = backtest_observations(agent, config.env, data, first - W, result.position)
     assert np.array_equal(np.array([d.observation for d in decisions]), observations)
     assert torch.equal(torch.tensor([d.logits for d in decisions]), logits)
 
@@ -281,14 +283,14 @@ def stream_featured(policy: TradingPolicy, data: MarketData, start: str | None =
 @pytest.mark.parametrize("start", [None, "2021-01-15", "2021-03-01"])
 def test_featured_stream_takes_the_backtests_decisions_bit_for_bit(featured: Path, start: str | None) -> None:
     """With feature columns whose first 30 rows are NaN: decisions begin where every feature is
-    defined (bar 30) unless --start puts them later (2021-03-01: bar 41 + W), as in backtest_history."""
+    defined (bar 30) unless --start puts them later (2021-03-01: bar 41), as in backtest_history."""
     agent, config = load_policy(featured / "checkpoints" / "best.pt")
     env, W = config.env, config.env.window
     assert env.feature_names == ("vol_z", "Mom") and env.obs_dim == W + 5
     data = load_ohlcv(featured / "prices.csv", features=env.feature_names)
     assert data.first_defined == VOL_WARMUP
     lo, hi = date_span(data, start)
-    first = max(lo + W, data.first_defined)  # the first decision bar
+    first = max(lo, W, data.first_defined)  # the first decision bar
     assert (first == VOL_WARMUP) == (start != "2021-03-01")
     result = backtest_history(agent, env, data, lo, hi)
     decisions = stream_featured(TradingPolicy.load(featured / "checkpoints"), data, start)

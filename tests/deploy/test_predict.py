@@ -186,8 +186,8 @@ def test_bad_inputs_are_one_line_and_exit_2(run: Path, capsys: pytest.CaptureFix
     one_error(capsys, "--checkpoint", ck, "--data", no_close, match="missing price column(s) Close")
     one_error(capsys, "--checkpoint", ck, "--data", write_head(data, tmp_path / "short.csv", 8),
               match="has 8 bars; a decision needs at least window + 1 = 9")
-    one_error(capsys, "--checkpoint", ck, "--data", data, "--start", "2021-12-22",
-              match="has 7 bars from --start 2021-12-22; a decision needs")
+    late = decide(capsys, "--checkpoint", ck, "--data", data, "--start", "2021-12-22")  # 7 bars: the window is before
+    assert late["start"] == "2021-12-22T00:00:00" and late["bars"] == len(pd.read_csv(data))
     one_error(capsys, "--checkpoint", ck, "--data", data, "--start", "2030-01-01", match="no bars from 2030-01-01")
     one_error(capsys, "--checkpoint", ck, "--data", data, "--fee-bps", "-1", match="--fee-bps must be")
     one_error(capsys, "--checkpoint", ck, "--data", data, "--state", tmp_path, match="is a directory")
@@ -257,14 +257,14 @@ def featured(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_featured_decisions_are_evaluates_positions(featured: Path, capsys: pytest.CaptureFixture, tmp_path: Path,
                                                     start: str | None) -> None:
     """On a file whose Vol_Z column starts with 30 NaN rows: evaluate-ppo-lstm's positions, from bar 30
-    (no --start) or from --start's bar + window."""
+    (no --start) or from --start's bar."""
     since = ["--start", start] if start else []
     assert evaluate.main(["--checkpoint", str(featured / "checkpoints"), "--data", str(featured / "prices.csv"),
                           *since, "--equity-csv", str(tmp_path / "eq.csv")]) == 0
     capsys.readouterr()
     curve = pd.read_csv(tmp_path / "eq.csv")
     prices = pd.read_csv(featured / "prices.csv")
-    first = VOL_WARMUP if start is None else prices.index[prices["Date"] == start][0] + 8
+    first = VOL_WARMUP if start is None else prices.index[prices["Date"] == start][0]
     assert curve["time"][0] == f"{prices['Date'][first]}T00:00:00"  # the first decision bar
     for rows in (first + 1, first + 2, 97, 180, len(prices) - 1):
         head = write_head(featured / "prices.csv", tmp_path / f"head{rows}.csv", rows)

@@ -190,10 +190,10 @@ def test_train_holdout_evaluate_and_resume_with_features(tmp_path):
     assert evaluated.returncode == 0, evaluated.output
     report = json.loads(evaluated.stdout)
     assert f"Return: {report['agent']['total_return_pct']:+.2f}%" in held
-    # the whole file: the backtest starts where every feature is defined
+    # the whole file: the first decision is at the first bar where every feature is defined
     data = load_ohlcv(tmp_path / "p.csv", features=config.env.feature_names)
     whole = backtest_history(agent, config.env, data)
-    assert whole.start == str(pd.Timestamp(data.timestamps[20 + 1]).isoformat())
+    assert whole.start == str(pd.Timestamp(data.timestamps[20]).isoformat())
     # resume: the features come from the checkpoint
     resumed = run_cli(tmp_path, *TINY, "--resume", "--episodes", "24")
     assert resumed.returncode == 0, resumed.output

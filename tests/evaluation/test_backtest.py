@@ -49,10 +49,11 @@ def actions_of(result: BacktestResult, config: EnvConfig) -> np.ndarray:
 def test_continuous_backtest_equals_stepping_the_env_by_hand() -> None:
     data, lo, hi = walk(300, seed=1), 40, 250
     result = backtest_history(sharp_agent(CFG), CFG, data, lo, hi)
-    W, T = CFG.window, hi - lo - CFG.window - 1
+    W, T = CFG.window, hi - lo - 1  # the first decision at bar lo's close, its window the W bars before it
     assert result.bars == T and len(set(result.position.tolist())) == 3  # it trades both ways
-    # the public env on exactly the slice's bars: one episode of T decisions, its only start is bar 0
-    cut = dataclasses.replace(data, **{k: getattr(data, k)[lo:hi] for k in
+    assert result.late_start is None
+    # the public env on exactly the slice's bars and its window: one episode of T decisions, its only start is bar 0
+    cut = dataclasses.replace(data, **{k: getattr(data, k)[lo - W:hi] for k in
                                        ("timestamps", "open", "high", "low", "close", "volume")})
     for actions, curve in ((actions_of(result, CFG), result.equity),
                            (np.full(T, CFG.num_actions - 1), result.buy_and_hold_equity)):
@@ -69,9 +70,9 @@ def test_continuous_backtest_equals_stepping_the_env_by_hand() -> None:
         assert metrics.trades == stats["closed_trades"]
         wins = round(metrics.win_rate_pct * metrics.trades / 100) if metrics.trades else 0
         assert wins == stats["winning_trades"]
-    assert np.array_equal(result.close, data.close[lo + W:hi])
-    assert np.array_equal(result.time, data.timestamps[lo + W:hi])
-    assert result.start == "2024-02-19T00:00:00" and result.end == "2024-09-06T00:00:00"  # bars lo+W+1, hi-1
+    assert np.array_equal(result.close, data.close[lo:hi])
+    assert np.array_equal(result.time, data.timestamps[lo:hi])
+    assert result.start == "2024-02-10T00:00:00" and result.end == "2024-09-06T00:00:00"  # bars lo, hi-1
 
 
 def test_no_look_ahead_permuting_later_bars_keeps_earlier_actions() -> None:
@@ -124,12 +125,12 @@ def test_buy_and_hold_is_k_lots_from_the_first_decision_marked_at_the_end() -> N
     for config in (CFG, dataclasses.replace(CFG, max_position=3), dataclasses.replace(CFG, no_short=True)):
         result = backtest_history(sharp_agent(config), config, data, 10, 110)
         W, fee, slip = config.window, config.fee_bps / 1e4, config.slippage_bps / 1e4
-        ref, fill, last = data.close[10 + W], data.open[10 + W + 1] * (1 + slip), data.close[109]
+        ref, fill, last = data.close[10], data.open[11] * (1 + slip), data.close[109]  # decides at bar 10
         expected = 100.0 * (last - fill * (1 + fee)) / ref  # K lots = the cash at ref; entry costs only
         hold = result.buy_and_hold
         assert hold.total_return_pct == pytest.approx(expected, rel=1e-10)
         assert hold.trades == 0 and hold.exposure_pct == 100.0 and hold.win_rate_pct is None
-        assert hold.fees_paid == pytest.approx(10_000.0 * (data.open[10 + W + 1] / ref) * (fee * (1 + slip) + slip))
+        assert hold.fees_paid == pytest.approx(10_000.0 * (data.open[11] / ref) * (fee * (1 + slip) + slip))
 
 
 def test_trades_rebuilt_from_positions_match_the_ledger_fifo() -> None:

@@ -21,7 +21,8 @@ from ppo_lstm.evaluation.report import CSV_COLUMNS, ROWS, trade_marks
 EVALUATE = [sys.executable, "-m", "ppo_lstm.evaluate"]
 NO_MATPLOTLIB = [sys.executable, "-c", "import sys; sys.modules['matplotlib'] = None; "
                  "from ppo_lstm.evaluation.cli import main; sys.exit(main(sys.argv[1:]))"]
-TOP_KEYS = ["bars", "start", "end", "fee_bps", "slippage_bps", "agent", "buy_and_hold"]
+TOP_KEYS = ["bars", "start", "end", "late_start", "training_bars", "training_period", "fee_bps", "slippage_bps",
+            "agent", "buy_and_hold"]
 METRIC_KEYS = ["total_return_pct", "annual_return_pct", "annual_volatility_pct", "sharpe", "sortino", "calmar",
                "max_drawdown_pct", "max_drawdown_bars", "trades", "win_rate_pct", "profit_factor", "exposure_pct",
                "fees_paid", "fees_and_slippage_paid"]
@@ -93,17 +94,20 @@ def test_json_keys_equity_csv_and_buy_and_hold_by_hand(trained: Path) -> None:
     prices = pd.read_csv(trained / "prices.csv")
     inside = np.flatnonzero((prices["Date"] >= start) & (prices["Date"] <= end))
     lo, hi = inside[0], inside[-1] + 1
-    bars = hi - lo - WINDOW - 1  # the slice's first WINDOW bars are the first window; trading starts after
-    assert report["bars"] == bars
-    assert report["start"] == f"{prices['Date'][lo + WINDOW + 1]}T00:00:00"
+    bars = hi - lo - 1  # the first decision at the close of --start's bar (its window: the bars before it)
+    assert report["bars"] == bars and report["late_start"] is None
+    assert report["start"] == f"{prices['Date'][lo]}T00:00:00"  # the first decision bar
     assert report["end"] == f"{prices['Date'][hi - 1]}T00:00:00"
+    # trained on bars 0..239 (the last 20 % held out): so many of the traded bars lo+1..hi-1 were trained on
+    assert report["training_period"] == [f"{prices['Date'][0]}T00:00:00", f"{prices['Date'][239]}T00:00:00"]
+    assert report["training_bars"] == 239 - lo > 0
 
     curve = pd.read_csv(trained / "eq.csv")
     assert list(curve.columns) == list(CSV_COLUMNS) and len(curve) == bars + 1
-    assert curve["time"].iloc[0] == f"{prices['Date'][lo + WINDOW]}T00:00:00"  # the first decision bar
+    assert curve["time"].iloc[0] == report["start"]  # the first decision bar
     assert curve["time"].iloc[-1][:10] == report["end"][:10]
     assert curve["position"].iloc[0] == 0 and curve["equity"].iloc[0] == curve["buy_and_hold_equity"].iloc[0] == 1e4
-    assert np.array_equal(curve["close"], prices["Close"][lo + WINDOW:hi])
+    assert np.array_equal(curve["close"], prices["Close"][lo:hi])
     assert set(curve["position"]) <= {-1, 0, 1}
     for column, side in (("equity", "agent"), ("buy_and_hold_equity", "buy_and_hold")):
         assert 100.0 * (curve[column].iloc[-1] / 1e4 - 1.0) == pytest.approx(report[side]["total_return_pct"],
@@ -112,8 +116,8 @@ def test_json_keys_equity_csv_and_buy_and_hold_by_hand(trained: Path) -> None:
 
     # buy-and-hold by hand: one lot = the cash at the first decision bar's close; bought at the next
     # open plus slippage, paying the fee on the fill; held to the last close (marked, no exit costs)
-    ref = prices["Close"][lo + WINDOW]
-    fill = prices["Open"][lo + WINDOW + 1] * (1.0 + slip / 1e4)
+    ref = prices["Close"][lo]
+    fill = prices["Open"][lo + 1] * (1.0 + slip / 1e4)
     by_hand = 100.0 * (prices["Close"][hi - 1] - fill * (1.0 + fee / 1e4)) / ref
     hold = report["buy_and_hold"]
     assert hold["total_return_pct"] == pytest.approx(by_hand, rel=1e-9)
@@ -143,7 +147,7 @@ def test_simulated_plot_and_trade_marks(in_trained: Path, capsys: pytest.Capture
     pytest.importorskip("matplotlib")
     from PIL import Image
 
-    assert main(["--checkpoint", "checkpoints", "--episodes", "3", "--plot", "sim.png"]) == 0
+    assert main(["--checkpoint", "checkpoints", "--market", "regime", "--episodes", "3", "--plot", "sim.png"]) == 0
     assert "plot: sim.png" in capsys.readouterr().out
     with Image.open(in_trained / "sim.png") as image:
         assert image.size == (1100, 800)
@@ -168,7 +172,7 @@ def test_without_matplotlib_a_line_names_the_extra_and_the_report_prints(trained
 @pytest.mark.e2e
 def test_simulated_evaluation_is_deterministic_and_sampling_reproducible(in_trained: Path,
                                                                          capsys: pytest.CaptureFixture) -> None:
-    simulated = ["--checkpoint", "checkpoints", "--episodes", "4", "--seed", "5", "--json"]
+    simulated = ["--checkpoint", "checkpoints", "--market", "regime", "--episodes", "4", "--seed", "5", "--json"]
     first, again = evaluate_cli(in_trained, *simulated), evaluate_cli(in_trained, *simulated)  # two processes
     report = one_json(first)
     assert first.stdout == again.stdout
@@ -242,7 +246,13 @@ def test_bad_dates_and_flags(in_trained: Path, capsys: pytest.CaptureFixture) ->
         (["--start", "2020-06-01", "--end", "2020-05-01"], "--start 2020-06-01 is after --end 2020-05-01"),
         (["--start", "not-a-date"], "--start 'not-a-date' is not a date"),
         (["--end", "2020-13-45"], "--end '2020-13-45' is not a date"),
-        (["--start", "2020-06-01", "--end", "2020-06-10"], "select 8 bars; a backtest needs at least window + 2 = 10"),
+        (["--start", "2020-06-01", "--end", "2020-06-01"], "select 1 bar, 1 of them from the first bar a decision "
+                                                          "can be taken at; a backtest needs at least 2"),
+        (["--start", "2020-01-01", "--end", "2020-01-13"],
+         "select 9 bars, 1 of them from the first bar a decision can be taken at; a backtest needs at least 2 (the "
+         "first decision bar and a bar to trade); trading starts at 2020-01-13T00:00:00, not at 2020-01-01T00:00:00: "
+         "the file has 0 bars before it and the 8-bar window needs 8"),
+        (["--market", "gbm"], "--market is for simulated evaluation"),
         (["--start", "2030-01-01"], "no bars from 2030-01-01"),
         (["--episodes", "3"], "--episodes is for simulated evaluation"),
         (["--fee-bps", "-1"], "--fee-bps must be a number >= 0"),
@@ -255,6 +265,19 @@ def test_bad_dates_and_flags(in_trained: Path, capsys: pytest.CaptureFixture) ->
     assert "file not found" in error_of(capsys, "--checkpoint", "checkpoints", "--data", "nope.csv")
     assert "unrecognized arguments" in error_of(capsys, "--checkpoint", "checkpoints", "--bogus")
     assert "--episodes must be at least 1" in error_of(capsys, "--checkpoint", "checkpoints", "--episodes", "0")
+
+
+@pytest.mark.e2e
+def test_a_data_trained_checkpoint_needs_data_or_a_named_market(in_trained: Path, capsys: pytest.CaptureFixture
+                                                                ) -> None:
+    line = error_of(capsys, "--checkpoint", "checkpoints", "--episodes", "2")
+    assert line.startswith("error: checkpoints/best.pt was trained on --data prices.csv, and a simulated market is a "
+                           "market it never saw: pass --data"), line
+    assert "name --market" in line
+    report = json_of(capsys, "--checkpoint", "checkpoints", "--market", "gbm", "--episodes", "2", "--json")
+    assert report["bars"] == 2 * 16 and report["training_bars"] is None
+    assert "on 2 simulated 'gbm' episodes" in (main(["--checkpoint", "checkpoints", "--market", "gbm", "--episodes",
+                                                     "2"]), capsys.readouterr().out)[1]
 
 
 @pytest.mark.e2e
@@ -273,7 +296,7 @@ def test_a_directory_uses_best_else_latest_and_the_latest_pointer_works(in_train
     (only_latest / "best.pt").unlink()
     for path, used in (("checkpoints", "checkpoints/best.pt"), ("only_latest", "only_latest/checkpoint_u"),
                        ("checkpoints/latest", "checkpoints/checkpoint_u")):
-        assert main(["--checkpoint", path, "--episodes", "1"]) == 0
+        assert main(["--checkpoint", path, "--market", "regime", "--episodes", "1"]) == 0
         assert f"Backtest of {used}" in capsys.readouterr().out
 
 

@@ -82,13 +82,14 @@ def test_split_keeps_the_last_fraction_of_the_selected_bars(tmp_path):
     split = split_data(data, tiny_config(tmp_path, data="p.csv", data_start="2020-01-11", data_end="2020-06-08"))
     assert split == DataSplit(10, 130, 160)
     assert split.train_span == (10, 130) and split.holdout_bars == 30
-    assert split.backtest_span(WINDOW) == (130 - WINDOW - 1, 160)  # first trade fills at bar 130's open
+    assert split.backtest_span() == (130, 160)  # the first decision at the close of bar 130, the first held out
 
 
 @pytest.mark.parametrize("overrides, message", [
     (dict(holdout=0.9), r"p\.csv: 20 bars \(.*\) are left for training after --holdout 0\.9; one episode needs "
                         r"window \+ episode-length \+ 1 = 25"),
-    (dict(holdout=0.004), r"--holdout 0\.004 keeps 1 of 200 bars out of training; a hold-out needs at least 2"),
+    (dict(holdout=0.004), r"--holdout 0\.004 keeps 1 of 200 bars out of training; a hold-out needs at least 3"),
+    (dict(holdout=0.01), r"--holdout 0\.01 keeps 2 of 200 bars out of training; a hold-out needs at least 3"),
     (dict(holdout=0.001), r"--holdout 0\.001 keeps 0 of 200 bars out of training; .* or pass --holdout 0"),
     (dict(data_start="2021-01-01"), r"no bars from 2021-01-01 to the end"),
     (dict(data_start="2020-03-01", data_end="2020-02-01"), r"--data-start 2020-03-01 is after --data-end 2020-02-01"),
@@ -183,7 +184,9 @@ def test_holdout_lines_metrics_best_and_a_summary_that_reproduces(tmp_path):
     evaluated = Run(tmp_path, words[1:] + ["--json"], launcher=[sys.executable, "-m", "ppo_lstm.evaluate"]).wait()
     assert evaluated.returncode == 0, evaluated.output
     report = json.loads(evaluated.stdout)
-    assert report["bars"] == 74 and report["start"] == "2020-08-14T00:00:00" and report["end"] == "2020-10-26T00:00:00"
+    # the first held-out bar is --start and the first decision bar; the 73 after it are traded
+    assert words[words.index("--start") + 1] == "2020-08-14T00:00:00"
+    assert report["bars"] == 73 and report["start"] == "2020-08-14T00:00:00" and report["end"] == "2020-10-26T00:00:00"
     assert report["agent"]["total_return_pct"] == pytest.approx(returns[best], abs=1e-5)
     assert report["buy_and_hold"]["total_return_pct"] == pytest.approx(
         float(with_holdout[best]["holdout_buy_and_hold_pct"]), abs=1e-5)

@@ -1,0 +1,100 @@
+"""A checkpoint for evaluation: its file (``checkpoint_file``), its agent and training config
+(``load_policy``), the fingerprint of the data it trained on (``load_policy_and_data``,
+``ppo_lstm.train.data_fingerprint``), and how many of a backtest's bars it trained on
+(``mark_training_bars``). UsageError (one line) for an unusable file.
+"""
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+import torch
+
+from ..algo.agent import RecurrentActorCritic
+from ..config import TrainConfig
+from ..errors import UsageError, one_line
+from ..rundir.checkpoint import BEST_NAME, LATEST_NAME, CheckpointDir, CheckpointError, load_checkpoint
+from .backtest import BacktestResult
+
+
+def checkpoint_file(path: Path) -> Path:
+    """``path`` if a file; in a directory its ``best.pt``, else the checkpoint ``latest`` names,
+    else its newest ``checkpoint_u*.pt``. UsageError when there is none."""
+    if not path.exists():
+        raise UsageError(f"--checkpoint {path}: no such file or directory")
+    if not path.is_dir():
+        if path.name == LATEST_NAME:  # the pointer file: the checkpoint it names
+            pointed = CheckpointDir(path.parent).latest()
+            if pointed is None or not pointed.is_file():
+                raise UsageError(f"--checkpoint {path} names no checkpoint file that exists")
+            return pointed
+        return path
+    directory = CheckpointDir(path)
+    for candidate in (path / BEST_NAME, directory.latest(), *directory.checkpoints()[:1]):
+        if candidate is not None and candidate.is_file():
+            return candidate
+    raise UsageError(f"--checkpoint {path}: no {BEST_NAME}, 'latest' or checkpoint_u*.pt in this directory; "
+                     f"pass a training run's --checkpoint-dir or a .pt file")
+
+
+def load_policy(path: str | os.PathLike, device: torch.device | str = "cpu") -> tuple[RecurrentActorCritic,
+                                                                                      TrainConfig]:
+    """The checkpoint's agent (on ``device``, whatever world size wrote it) and its training
+    config (``config.env`` holds its env settings). UsageError (one line) when unusable."""
+    agent, config, _ = load_policy_and_data(path, device)
+    return agent, config
+
+
+def load_policy_and_data(path: str | os.PathLike, device: torch.device | str = "cpu"
+                         ) -> tuple[RecurrentActorCritic, TrainConfig, Optional[list[dict]]]:
+    """:func:`load_policy`, and the fingerprint of the checkpoint's training data (one dict per
+    instrument, ``ppo_lstm.train.data_fingerprint``; None when it records none)."""
+    path = Path(path)
+    if not zipfile.is_zipfile(path):  # the trainer writes torch's zip format; a cut-off file has no zip directory
+        raise UsageError(f"{path}: not a checkpoint (not a PyTorch archive, or truncated); pass a .pt file "
+                         f"written by the trainer, or its --checkpoint-dir")
+    try:
+        state = load_checkpoint(path)
+    except CheckpointError as err:
+        raise UsageError(str(err)) from None
+    saved = state.get("config")
+    if not isinstance(saved, dict) or not isinstance(saved.get("env", {}), dict):
+        raise UsageError(f"{path}: the checkpoint holds no training config; it was not written by the trainer")
+    try:
+        config = TrainConfig.from_dict(saved)
+        config.env.validate()
+        agent = RecurrentActorCritic(config.env.obs_dim, config.env.num_actions, config.hidden_size,
+                                     config.lstm_size)
+    except (TypeError, ValueError) as err:
+        raise UsageError(f"{path}: the checkpoint's config is unusable ({one_line(err)})") from None
+    try:
+        agent.load_state_dict(state["model"])
+    except (RuntimeError, TypeError, KeyError, AttributeError) as err:
+        raise UsageError(
+            f"{path}: the model does not match the checkpoint's settings (--hidden-size {config.hidden_size} "
+            f"--lstm-size {config.lstm_size} --window {config.env.window} --max-position "
+            f"{config.env.max_position}{' --no-short' if config.env.no_short else ''}"
+            f"{f' --features {config.env.features}' if config.env.features else ''}): {one_line(err)}") from None
+    fingerprint = state.get("data")
+    return agent.to(device), config, fingerprint if isinstance(fingerprint, list) else None
+
+
+def mark_training_bars(result: BacktestResult, trained_on: Optional[list[dict]], name: str) -> BacktestResult:
+    """``result`` with ``training_bars`` (how many of its scored bars lie within the checkpoint's
+    training bars: those of the instrument named ``name``, else of all its instruments) and
+    ``training_period``; unchanged when the checkpoint records no training data."""
+    if not trained_on:
+        return result
+    own = [e for e in trained_on if e.get("name") == name] or trained_on
+    try:
+        first = min(pd.Timestamp(e["train_first"]) for e in own)
+        last = max(pd.Timestamp(e["train_last"]) for e in own)
+    except (KeyError, TypeError, ValueError):
+        return result
+    times = pd.DatetimeIndex(result.time[1:])  # the T scored bars
+    result.training_bars = int(((times >= first) & (times <= last)).sum())
+    result.training_period = (first.isoformat(), last.isoformat())
+    return result
