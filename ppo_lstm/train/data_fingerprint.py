@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from envs.data import MarketData
-from envs.instruments import instrument_name
+from envs.data.instruments import instrument_name
 
 from ..config import TrainConfig
 from ..errors import UsageError
