@@ -63,7 +63,8 @@ def test_backtest_history_takes_dates_as_evaluate_does():
                        (pd.Timestamp("2017-09-01"), hi)):
         result = backtest_history(policy, CFG, data, start=start, end=end)
         assert np.array_equal(result.equity, by_index.equity) and result.bars == by_index.bars
-    assert backtest_history(policy, CFG, data, start="2017-09-01").bars == len(data) - lo - CFG.window - 1
+    # the first decision at 2017-09-01's close (12 bars before it fill the 8-bar window), then every bar to the end
+    assert backtest_history(policy, CFG, data, start="2017-09-01").bars == len(data) - lo - 1
 
 
 def test_backtest_history_refuses_a_bad_date_in_one_line():
