@@ -33,21 +33,21 @@ def _sync(trainer) -> None:
         torch.cuda.synchronize()
 
 
-def gathered(trainer):
-    """The rollout just collected, through the rank exchange: the update's batch ``[T, N]``."""
+def gathered(trainer, records: Any):
+    """The rollout just collected, with its episode ``records`` ``[k, 6]``, through the rank
+    exchange: the update's batch ``[T, N]``."""
     from ppo_lstm.train.agreement import exchange
 
     local = trainer.rollout.finish()
-    batch, _ = exchange(trainer.comm, local, torch.zeros(0, 6).numpy(), False, 0, 1.0,
-                        trainer.steps * trainer.config.num_envs)
+    batch, _ = exchange(trainer.comm, local, records, False, 0, 1.0, trainer.steps * trainer.config.num_envs)
     return batch
 
 
 def iteration(trainer) -> tuple[float, float]:
     """One training iteration without logging: (rollout seconds, update seconds)."""
     tic = time.perf_counter()
-    trainer.rollout.collect(trainer.state.update)
-    batch = gathered(trainer)
+    records = trainer.rollout.collect(trainer.state.update)
+    batch = gathered(trainer, records)
     _sync(trainer)
     mid = time.perf_counter()
     trainer._update(batch)
@@ -115,7 +115,7 @@ def syncs(plan: Plan, envs: int = 64) -> dict[str, Any]:
             iteration(trainer)
             collect = lambda: trainer.rollout.collect(trainer.state.update)  # noqa: E731
             rollout = count(collect) if count else collect()
-            batch = gathered(trainer)
+            batch = gathered(trainer, torch.zeros(0, 6).numpy())
             update = count(lambda: trainer._update(batch)) if count else trainer._update(batch)
         finally:
             trainer.log.close()

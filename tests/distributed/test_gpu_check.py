@@ -20,13 +20,13 @@ import sys
 import pytest
 
 from conftest import ROOT, SPAWN2, TINY, assert_no_process_left, env_for_child
-from bench.gpucheck import jobs
-from bench.gpucheck.plan import REHEARSAL, Plan, nccl_version, run
-from bench.gpucheck.report import render
 from ppo_lstm.distributed import describe_workers
 
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 import gpu_check  # noqa: E402
+from bench.gpucheck import jobs  # noqa: E402
+from bench.gpucheck.plan import REHEARSAL, Plan, nccl_version, run  # noqa: E402
+from bench.gpucheck.report import render  # noqa: E402
 
 GPU = {"gpu": "Test GPU", "gpus": 1, "driver": "550.1", "torch": "2.13.0", "cuda": "12.8", "cudnn": 91000,
        "nccl": "2.21.5", "bf16_hardware": True}  # a machine description, for reports made without a GPU
@@ -35,22 +35,26 @@ SECTIONS = ["tests", "throughput", "numerics", "variants", "bf16_dtypes", "syncs
 
 
 @pytest.mark.e2e
+@pytest.mark.timeout(600)
 def test_cpu_rehearsal_passes_with_every_section_filled(tmp_path):
     out = tmp_path / "rehearsal.md"
     result = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--rehearse-on-cpu", "--out",
-                             str(out)], capture_output=True, text=True, timeout=280, cwd=tmp_path, env=env_for_child())
+                             str(out)], capture_output=True, text=True, timeout=540, cwd=tmp_path, env=env_for_child())
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     text = out.read_text()
     report = json.loads(text.splitlines()[-1])
-    assert report["rehearsal"] is True and report["failed"] == []
-    for section in SECTIONS:
-        assert report[section] and "error" not in json.dumps(report[section]), section
+    assert report["rehearsal"] is True and report["failed"] == []  # no check failed, no phase raised
+    assert all(report[section] for section in SECTIONS) and report["stand_ins"]
+    assert all(report["throughput"][side][str(n)]["env_steps_per_s"] > 0 for side in ("gpu", "cpu")
+               for n in REHEARSAL.sizes)
+    assert all(v["env_steps_per_s"] > 0 for v in report["variants"].values())
+    assert report["bf16_dtypes"]["project_lstm"] == "torch.bfloat16" and report["numerics"]
+    assert report["syncs"]["ran"]
     assert "skipped" in report["tests"]["summary"]  # test_cuda.py ran under pytest, and skipped without CUDA
     assert report["distributed_runs"]["1_rank"]["ok"] and report["distributed_runs"]["2_rank"]["ok"]
     assert report["resume"]["first_run_ok"] and report["resume"]["gpu_to_cpu"]["ok"]
     assert report["stalled_peer"]["ok"] and report["stalled_peer"]["lines"]
     assert report["nccl"] == nccl_version() and text.splitlines()[0].endswith(f"NCCL {report['nccl']}")
-    assert "error" not in text.split("\n{")[0]  # every table cell holds a result
     assert "All checks passed: True" in result.stdout
 
 
@@ -84,7 +88,8 @@ def test_a_failing_phase_is_recorded_and_the_next_one_runs():
     ran = []
     report = gpu_check.measure(REHEARSAL, [("throughput", out_of_memory),
                                            ("syncs", lambda: ran.append(1) or {"per_rollout_step": 0.5})])
-    assert report["throughput"] == {"ok": False, "error": "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"}
+    assert report["throughput"] == {"ok": False,
+                                    "error": "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"}
     assert ran and report["syncs"] == {"per_rollout_step": 0.5}
     assert report["failed"] == ["throughput"]
 
