@@ -5,7 +5,11 @@ Numerics (:func:`configure_numerics`), set in every GPU worker before its first 
 - the cuDNN LSTM of the update and every float32 matrix product run in IEEE float32, as
   the rollout's ``lstm_cell`` does; left at torch's defaults, cuDNN RNNs use TF32 on
   Ampere and Hopper, and the update's first minibatch would no longer replay the
-  rollout's log-probs (a biased approx-KL and clip fraction);
+  rollout's log-probs (a biased approx-KL and clip fraction). cuDNN convolutions are set
+  alike, and the legacy ``torch.backends.cudnn.allow_tf32`` flag to match: torch checks
+  every read of that flag (by a library, or by inductor) against cuDNN's RNN and
+  convolution ``fp32_precision``, and raises "a mix of the legacy and new APIs" when
+  they differ;
 - with ``--deterministic`` (the default), cuBLAS and cuDNN use deterministic algorithms,
   so ranks that run the same update on the same batch stay bitwise equal.
 """
@@ -54,6 +58,7 @@ def numerics_settings() -> dict[str, Any]:
     """What :func:`configure_numerics` sets, as this process has it now."""
     return {
         "cudnn_rnn_fp32_precision": _fp32_precision("cudnn.rnn"),
+        "cudnn_conv_fp32_precision": _fp32_precision("cudnn.conv"),
         "matmul_fp32_precision": _fp32_precision("cuda.matmul"),
         "cudnn_deterministic": torch.backends.cudnn.deterministic,
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
@@ -64,8 +69,8 @@ def numerics_settings() -> dict[str, Any]:
 
 def restore_numerics(settings: dict[str, Any]) -> None:
     """Put back what :func:`numerics_settings` returned (for tests)."""
-    for name, key in (("cudnn.rnn", "cudnn_rnn_fp32_precision"), ("cuda.matmul", "matmul_fp32_precision")):
-        _set_backend_precision(name, settings[key])
+    _set_cudnn_precision(settings["cudnn_rnn_fp32_precision"], settings["cudnn_conv_fp32_precision"])
+    _set_backend_precision("cuda.matmul", settings["matmul_fp32_precision"])
     torch.backends.cudnn.deterministic = settings["cudnn_deterministic"]
     torch.backends.cudnn.benchmark = settings["cudnn_benchmark"]
     torch.use_deterministic_algorithms(settings["deterministic_algorithms"],
@@ -112,10 +117,20 @@ def _set_backend_precision(name: str, value: str) -> None:
 
 
 def _set_fp32_precision(value: str) -> None:
-    """IEEE (or TF32) float32 for cuDNN RNNs and CUDA matrix products. torch before 2.9 has
-    no ``fp32_precision``; its ``allow_tf32`` flags mean the same."""
-    for name in ("cudnn.rnn", "cuda.matmul"):
-        _set_backend_precision(name, value)
+    """IEEE (or TF32) float32 for cuDNN RNNs and convolutions and CUDA matrix products. torch
+    before 2.9 has no ``fp32_precision``; its ``allow_tf32`` flags mean the same."""
+    _set_cudnn_precision(value, value)
+    _set_backend_precision("cuda.matmul", value)
     if not hasattr(torch.backends.cudnn.rnn, "fp32_precision"):  # pragma: no cover - older torch
         torch.backends.cuda.matmul.allow_tf32 = value == "tf32"
         torch.backends.cudnn.allow_tf32 = value == "tf32"
+
+
+def _set_cudnn_precision(rnn: str, conv: str) -> None:
+    """cuDNN's RNN and convolution ``fp32_precision``, with the legacy ``allow_tf32`` flag set
+    first to agree with them (setting it resets both to "none"): torch compares the three on
+    every read of ``torch.backends.cudnn.allow_tf32``."""
+    if hasattr(torch.backends.cudnn.rnn, "fp32_precision"):
+        torch.backends.cudnn.allow_tf32 = rnn == conv == "tf32"
+    _set_backend_precision("cudnn.rnn", rnn)
+    _set_backend_precision("cudnn.conv", conv)

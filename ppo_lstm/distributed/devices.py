@@ -29,11 +29,13 @@ def threads_per_worker(config: TrainConfig, environ: Mapping[str, str] = os.envi
 
 
 def describe_workers(world_size: int, device: str, backend: str, threads: int) -> str:
-    """The start-up line naming the workers and their torch threads (rank 0 prints it)."""
+    """The start-up line naming the workers, their process group's ``backend`` (``""``: a
+    single process without one) and their torch threads (rank 0 prints it)."""
     each = f"{threads} torch thread{'s' if threads > 1 else ''}"
+    group = f" ({backend})" if backend else ""
     if world_size == 1:
-        return f"Workers: 1 on {device}, {each}"
-    return f"Workers: {world_size} on {device} ({backend}), {each} each"
+        return f"Workers: 1 on {device}{group}, {each}"
+    return f"Workers: {world_size} on {device}{group}, {each} each"
 
 
 def launched_by_torchrun() -> bool:

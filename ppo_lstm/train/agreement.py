@@ -30,6 +30,7 @@ class Agreement:
 
 
 HEADER = 5  # episode count, done flag, signal, env-steps/s, bad-update flag
+ALIGN = 8  # bytes: the float64 agreement row is read through a view, which needs an aligned offset
 
 
 def agreement_row(records: np.ndarray, done: bool, signum: int, seconds: float, capacity: int,
@@ -61,15 +62,18 @@ def exchange(comm: Comm, batch: RolloutBatch, records: np.ndarray, done: bool, s
     """Gather every rank's ``batch`` ``[T, N]`` and :func:`agreement_row` in ONE collective.
 
     Both travel as raw bytes in one row per rank (``[W, bytes]``): the batch's
-    :meth:`~RolloutBatch.packed` rows ``[N, F]`` and the float64 agreement row, so
+    :meth:`~RolloutBatch.packed` rows ``[N, F]``, zero bytes up to the next multiple of
+    8 (N * F float32 values may be an odd number), and the float64 agreement row, so
     every value arrives bit for bit. Returns the combined batch ``[T, N * W]`` (rank
     order) and the :class:`Agreement`.
     """
     rows = batch.packed()  # [N, F]
     agreement = agreement_row(records, done, signum, seconds, capacity, bad_update).to(rows.device)
-    payload = torch.cat([rows.reshape(-1).view(torch.uint8), agreement.view(torch.uint8)])  # [bytes]
+    size = rows.numel() * rows.element_size()
+    split = -(-size // ALIGN) * ALIGN  # the agreement row starts on an 8-byte boundary, whatever N * F is
+    padding = torch.zeros(split - size, dtype=torch.uint8, device=rows.device)
+    payload = torch.cat([rows.reshape(-1).view(torch.uint8), padding, agreement.view(torch.uint8)])  # [bytes]
     everyone = comm.gather(payload.unsqueeze(0), dim=0)  # [W, bytes]
-    split = rows.numel() * rows.element_size()
-    batch_rows = everyone[:, :split].contiguous().view(rows.dtype).reshape(-1, rows.shape[1])  # [N * W, F]
+    batch_rows = everyone[:, :size].contiguous().view(rows.dtype).reshape(-1, rows.shape[1])  # [N * W, F]
     agreed = read_agreement(everyone[:, split:].contiguous().view(torch.float64), capacity)
     return batch.unpacked(batch_rows), agreed

@@ -16,18 +16,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import TINY, assert_models_equal, episode_lines, load_state, run_cli
+from conftest import TINY, assert_models_equal, env_for_child, episode_lines, load_state, run_cli
 from ppo_lstm.distributed.cuda import count_syncs
 
 pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
               pytest.mark.timeout(300)]
 
-ROOT = Path(__file__).resolve().parents[2]
 TINY_CUDA = [a if a != "cpu" else "cuda" for a in TINY]  # TINY with --device cuda
 
 NCCL_SCRIPT = """
@@ -84,7 +82,7 @@ def test_nccl_collectives_take_cpu_tensors_and_repair_drift(tmp_path, gpus):
         pytest.skip(f"needs {gpus} GPUs")
     (tmp_path / "nccl.py").write_text(NCCL_SCRIPT)
     result = subprocess.run([sys.executable, "nccl.py", str(gpus)], capture_output=True, text=True, timeout=240,
-                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+                            cwd=tmp_path, env=env_for_child())  # the repository before the user's PYTHONPATH
     assert result.returncode == 0, result.stdout + result.stderr
     if gpus == 2:
         rank0, rank1 = load_state(tmp_path / "rank0.pt"), load_state(tmp_path / "rank1.pt")

@@ -1,12 +1,16 @@
 """The iteration's one collective: rollout rows and agreement row travel together, bit for bit.
 
 The real two-process path (gloo) runs in tests/distributed/test_distributed.py (spawned workers end
-bitwise equal, episode split end to end); here the packing is checked exactly.
+bitwise equal, episode split end to end); here the packing is checked exactly, for odd and even
+N * F (float32 rows followed by a float64 row), and one odd-sized run goes through 2 gloo workers.
 """
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
+
+from conftest import SPAWN2, run_cli
 
 from ppo_lstm.train.agreement import exchange
 from ppo_lstm.algo.buffer import RolloutBatch
@@ -16,7 +20,8 @@ T, N, D, H = 4, 3, 5, 2
 CAPACITY = T * N
 
 
-def make_batch(seed: int) -> RolloutBatch:
+def make_batch(seed: int, T: int = T, N: int = N, D: int = D) -> RolloutBatch:
+    """A batch ``[T, N]`` of random values (``packed()`` rows ``[N, T * (D + 7) + 2H]``)."""
     g = torch.Generator().manual_seed(seed)
     tn = lambda: torch.randn(T, N, generator=g)  # noqa: E731
     return RolloutBatch(obs=torch.randn(T, N, D, generator=g), actions=torch.randint(0, 3, (T, N), generator=g).float(),
@@ -89,3 +94,31 @@ def test_no_records_and_a_full_rollout_of_them():
     full = records(CAPACITY, 0.5)
     _, every = exchange(LocalComm(), batch, full, False, 0, 1.0, CAPACITY)
     assert every.records == full.tolist()
+
+
+@pytest.mark.parametrize("steps, envs, obs_dim", [(3, 3, 2), (1, 3, 4), (5, 3, 4), (4, 3, 5), (2, 2, 3)])
+def test_any_rows_size_odd_or_even_one_rank_and_two(steps, envs, obs_dim):
+    """``N * F`` float32 values may be an odd number of 4 bytes: the float64 agreement row after
+    them must still be readable (a view needs an 8-byte aligned offset)."""
+    capacity = steps * envs
+    ours, theirs = make_batch(1, steps, envs, obs_dim), make_batch(2, steps, envs, obs_dim)
+    combined, agreed = exchange(LocalComm(), ours, records(1, 0.25), True, 0, 0.5, capacity)
+    assert_batches_equal(combined, ours)
+    assert agreed.records == records(1, 0.25).tolist() and agreed.finished
+    capture = Capture()
+    exchange(capture, theirs, records(2, 9.0), False, 2, 0.25, capacity)
+    combined, agreed = exchange(TwoRanks(capture.payload), ours, records(1, 0.25), True, 0, 0.5, capacity)
+    for name in ours.__dataclass_fields__:
+        assert torch.equal(getattr(combined, name), torch.cat([getattr(ours, name), getattr(theirs, name)], dim=1))
+    assert agreed.records == records(1, 0.25).tolist() + records(2, 9.0).tolist()
+    assert agreed.signum == 2 and agreed.rank_sps == [capacity / 0.5, capacity / 0.25]
+
+
+@pytest.mark.e2e
+def test_odd_envs_and_steps_train_on_two_gloo_workers(cwd):
+    """3 envs x 3 steps per env with a 9-bar window: ``N * F`` is odd on every rank."""
+    result = run_cli(cwd, "--market", "regime", "--num-envs", "3", "--update-interval", "18", "--window", "9",
+                     "--minibatches", "1", "--episode-length", "16", "--hidden-size", "16", "--lstm-size", "16",
+                     "--device", "cpu", "--seed", "3", "--no-progress", "--episodes", "6", *SPAWN2, timeout=120)
+    assert result.returncode == 0, result.output
+    assert "Training finished: 6 episodes" in result.stdout
