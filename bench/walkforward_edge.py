@@ -9,8 +9,9 @@ same generator as ``bench/learning.py``'s regime CSV, seed ``--data-seed``), the
 
 (300 episodes of 128 steps per job, 38,400 steps: under a third of the 131,072 that
 bench/learning.py gives the regime market at 10 bps, to fit nine trainings on a shared
-2-core machine; the hold-out lines show the agent finds the regimes well before that). The claim holds when the verdict's 95 % interval for the ensemble's excess return
-over buy-and-hold lies above 0. Prints a table and ONE JSON line. Rerunning with the same
+2-core machine; the hold-out lines show the agent finds the regimes well before that).
+The claim holds when the verdict's 95 % interval for the ensemble's excess return over
+buy-and-hold lies above 0. Prints a table and ONE JSON line. Rerunning with the same
 ``--out`` resumes the walk-forward (finished jobs are kept).
 
     python bench/walkforward_edge.py --out /tmp/wf_edge

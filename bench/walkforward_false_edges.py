@@ -40,7 +40,8 @@ def write_walk(path: Path, bars: int, seed: int) -> Path:
     open_ = np.r_[100.0, close[:-1]]
     wiggle = np.abs(0.003 * rng.standard_normal(bars))
     frame = pd.DataFrame({"Date": pd.bdate_range("2000-01-03", periods=bars).strftime("%Y-%m-%d"), "Open": open_,
-                          "High": np.maximum(open_, close) * (1 + wiggle), "Low": np.minimum(open_, close) * (1 - wiggle),
+                          "High": np.maximum(open_, close) * (1 + wiggle),
+                          "Low": np.minimum(open_, close) * (1 - wiggle),
                           "Close": close, "Volume": 1000})
     frame.to_csv(path, index=False, float_format="%.10g")
     return path

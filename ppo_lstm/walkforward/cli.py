@@ -114,7 +114,8 @@ def report(wf: WalkForwardConfig, train: TrainConfig, p: Plan, command: str) -> 
 def print_config(wf: WalkForwardConfig, train: TrainConfig) -> None:
     values = {name: value for name, (_, value) in _settings(train).items()}
     values.update({"wf." + f.name: getattr(wf, f.name) for f in dataclasses.fields(wf)})
-    sys.stdout.write(dump_settings(build_parser(), values, ("Resolved walk-forward settings; run with: --config FILE",)))
+    header = ("Resolved walk-forward settings; run with: --config FILE",)
+    sys.stdout.write(dump_settings(build_parser(), values, header))
 
 
 def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
@@ -138,7 +139,8 @@ def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
         c = p.calendar
         print(f"  fold {fold.k}: train {pd.Timestamp(c[fold.train_lo])} to {pd.Timestamp(c[fold.train_hi - 1])} "
               f"({fold.train_hi - fold.train_lo} bars, the last {train.holdout:g} its hold-out), test "
-              f"{pd.Timestamp(c[fold.test_lo])} to {pd.Timestamp(c[fold.test_hi - 1])} ({fold.test_hi - fold.test_lo} bars)")
+              f"{pd.Timestamp(c[fold.test_lo])} to {pd.Timestamp(c[fold.test_hi - 1])} "
+              f"({fold.test_hi - fold.test_lo} bars)")
     sys.stdout.flush()
     try:
         stopped = run_jobs(p.jobs, wf.jobs, lambda job: finish_job(job, p.datas, p.calendar), train.progress)

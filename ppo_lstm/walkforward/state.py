@@ -14,7 +14,6 @@ from ..config import TrainConfig
 from ..errors import UsageError
 from ..rundir.checkpoint import atomic_write_bytes
 from .config import WalkForwardConfig
-from .jobs import ROOT
 
 STATE_NAME = "walkforward.json"
 JOBS_DIR = "jobs"
@@ -83,6 +82,3 @@ def _flat(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[prefix + key] = value
     return out
-
-
-__all__ = ["STATE_NAME", "JOBS_DIR", "check_or_write", "fingerprint", "settings_of", "ROOT"]
