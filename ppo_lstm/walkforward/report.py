@@ -88,6 +88,10 @@ def _num(value: Optional[float]) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:.2f}"
 
 
+def _sig(value: Optional[float]) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:.4g}"
+
+
 def report_markdown(summary: dict[str, Any], command: str) -> str:
     """``report.md``: the verdict line, the rule, the statistics and the tables."""
     stats, table = summary["statistics"], summary["figures"]
@@ -98,8 +102,8 @@ def report_markdown(summary: dict[str, Any], command: str) -> str:
              f"{summary['n_trials']}.", "", "## Statistics of the ensemble against buy-and-hold", "",
              "| statistic | value |", "|---|---|"]
     for key, value in stats.items():
-        shown = ", ".join(_num(v) for v in value) if isinstance(value, (list, tuple)) else (
-            _num(value) if isinstance(value, float) else str(value))
+        shown = ", ".join(_sig(v) for v in value) if isinstance(value, (list, tuple)) else (
+            _sig(value) if isinstance(value, float) else str(value))
         lines.append(f"| {key} | {shown} |")
     lines += ["", "## Overall (stitched out-of-sample bars)", "",
               "| series | total return | annual return | Sharpe | max drawdown |", "|---|---|---|---|---|"]
