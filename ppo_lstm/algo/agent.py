@@ -107,8 +107,8 @@ class RecurrentActorCritic(nn.Module):
         ``torch.autocast``, explicitly in the autocast dtype (bfloat16 with ``--autocast bf16``).
 
         Left to autocast, cuDNN's RNN rule casts the LSTM to float16, whatever dtype the
-        autocast region asks for, and the update has no gradient scaler. On the CPU the
-        explicit call is bit for bit what autocast does there (tests/distributed/test_gpu_readiness.py)."""
+        autocast region asks for, and the update has no gradient scaler. The explicit call is bit
+        for bit the module's LSTM cast to that dtype (tests/distributed/test_gpu_readiness.py)."""
         device_type = features.device.type
         if not torch.is_autocast_enabled(device_type):
             return self.lstm
