@@ -78,7 +78,7 @@ def main() -> None:
     if done.returncode != 0:
         sys.exit(f"walk-forward failed ({done.returncode}): {done.stderr[-2000:]}")
     summary = json.loads((out / "wf" / "summary.json").read_text())
-    stats = summary["statistics"]
+    stats = summary["edge"]
     holds = stats["ci_low"] > 0
     print("# " + " ".join(["python bench/walkforward_edge.py", *sys.argv[1:]]))
     print(f"# walk-forward: {' '.join(command[3:])}")

@@ -71,7 +71,7 @@ def main() -> None:
         if done.returncode != 0:
             sys.exit(f"history {i}: walk-forward failed ({done.returncode}): {done.stderr[-2000:]}")
         summary = json.loads((out / f"wf_{i:02d}" / "summary.json").read_text())
-        s = summary["statistics"]
+        s = summary["edge"]
         bh = summary["figures"]["buy_and_hold"]["overall"]["annual_return"]
         rows.append({"history": i, "shown": bool(summary["shown"]), "p_value": s["p_value"],
                      "excess_annual": s["excess_annual"], "ci_low": s["ci_low"], "ci_high": s["ci_high"],

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..rundir.checkpoint import atomic_write_bytes
-from .results import Verdict, basket, figures, series_columns
+from .results import Verdict, basket, edge_figures, figures, series_columns
 from .trading import BASELINES
 
 LABELS = {"ensemble": "seed ensemble", "buy_and_hold": "buy-and-hold", "flat": "flat (cash)",
@@ -69,7 +69,7 @@ def summary_dict(settings: dict[str, Any], folds: Sequence[Any], calendar: np.nd
     known = [s for s in sharpes if s is not None]
     return {
         "verdict": verdict.result.line(), "shown": bool(verdict.result.shown),
-        "statistics": verdict.result.as_dict(), "n_trials": verdict.n_trials,
+        "edge": edge_figures(verdict.result), "statistics": verdict.result.as_dict(), "n_trials": verdict.n_trials,
         "trial_excess_sharpes_per_period": verdict.trial_sharpes, "periods_per_year": periods_per_year,
         "instruments": list(instruments), "settings": settings,
         "folds": [{"fold": f.k, "train_start": _iso(calendar[f.train_lo]), "train_end": _iso(calendar[f.train_hi - 1]),
@@ -80,8 +80,10 @@ def summary_dict(settings: dict[str, Any], folds: Sequence[Any], calendar: np.nd
     }
 
 
-def _pct(value: Optional[float]) -> str:
-    return "-" if value is None or not math.isfinite(value) else f"{100 * value:+.2f} %"
+def _pct(value: Optional[float], signed: bool = True) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{100 * value:+.2f} %" if signed else f"{100 * value:.2f} %"
 
 
 def _num(value: Optional[float]) -> str:
@@ -94,23 +96,30 @@ def _sig(value: Optional[float]) -> str:
 
 def report_markdown(summary: dict[str, Any], command: str) -> str:
     """``report.md``: the verdict line, the rule, the statistics and the tables."""
-    stats, table = summary["statistics"], summary["figures"]
+    edge, table = summary["edge"], summary["figures"]
     lines = ["# Walk-forward report", "", f"**{summary['verdict']}**", "", RULE, "",
              f"Command: `{command}`", "",
              f"{len(summary['folds'])} folds; instruments: {', '.join(summary['instruments'])}; "
              f"{summary['periods_per_year']:g} bars a year; trials for the Deflated Sharpe Ratio: "
              f"{summary['n_trials']}.", "", "## Statistics of the ensemble against buy-and-hold", "",
-             "| statistic | value |", "|---|---|"]
-    for key, value in stats.items():
-        shown = ", ".join(_sig(v) for v in value) if isinstance(value, (list, tuple)) else (
-            _sig(value) if isinstance(value, float) else str(value))
-        lines.append(f"| {key} | {shown} |")
+             "| statistic | value |", "|---|---|",
+             f"| mean excess return over buy-and-hold, a year | {_pct(edge['excess_annual'])} |",
+             f"| its 95 % interval (stationary block bootstrap) | {_pct(edge['ci_low'])} to {_pct(edge['ci_high'])} |",
+             f"| one-sided p-value (mean excess <= 0) | {_sig(edge['p_value'])} |",
+             f"| Sharpe difference (annualised), 95 % interval | {_sig(edge['sharpe_diff'])} "
+             f"({_sig(edge['sharpe_diff_ci'][0])} to {_sig(edge['sharpe_diff_ci'][1])}) |",
+             f"| its one-sided p-value | {_sig(edge['sharpe_diff_p'])} |",
+             f"| Probabilistic Sharpe Ratio against 0 | {_sig(edge['psr_zero'])} |",
+             f"| Probabilistic Sharpe Ratio against buy-and-hold's Sharpe | {_sig(edge['psr_benchmark'])} |",
+             f"| Deflated Sharpe Ratio of the excess returns | {_sig(edge['dsr'])} "
+             f"({edge['n_trials']} trial{'s' if edge['n_trials'] != 1 else ''}) |",
+             f"| bootstrap mean block length, bars | {_sig(edge['block_length'])} |"]
     lines += ["", "## Overall (stitched out-of-sample bars)", "",
               "| series | total return | annual return | Sharpe | max drawdown |", "|---|---|---|---|---|"]
     for column, values in table.items():
         o = values["overall"]
         lines.append(f"| {_label(column)} | {_pct(o['total_return'])} | {_pct(o['annual_return'])} | "
-                     f"{_num(o['sharpe'])} | {_pct(o['max_drawdown'])} |")
+                     f"{_num(o['sharpe'])} | {_pct(o['max_drawdown'], signed=False)} |")
     spread = summary["seed_sharpe_spread"]
     lines += ["", f"Spread of the seeds' Sharpe ratios: {_num(spread['min'])} to {_num(spread['max'])} "
                   f"(std {_num(spread['std'])}).", "", "## Per fold (annual return / Sharpe)", ""]

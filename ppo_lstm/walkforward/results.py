@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from ..stats import annualised_return, annualised_sharpe, edge_verdict, max_drawdown
+from ..stats import annualised_return, annualised_sharpe, edge_verdict, max_drawdown, per_period_sharpe
 from .config import WalkForwardConfig
 from .trading import BASELINES, FoldTrades
 
@@ -75,11 +75,11 @@ def _plain(value: Any) -> Optional[float]:
     return value if np.isfinite(value) else None
 
 
-def per_period_sharpe(r: np.ndarray) -> float:
-    """mean / sample std of ``r`` (0 when the std is 0)."""
-    r = np.asarray(r, dtype=np.float64)
-    std = float(r.std(ddof=1)) if len(r) > 1 else 0.0
-    return float(r.mean() / std) if std > 0 else 0.0
+def edge_figures(v: Any) -> dict[str, Any]:
+    """The verdict's headline figures, flat (``p_value``, ``excess_annual``, ``ci_low``, ``ci_high``, ...)."""
+    names = ("shown", "p_value", "excess_annual", "ci_low", "ci_high", "sharpe_diff", "sharpe_diff_ci",
+             "sharpe_diff_p", "psr_zero", "psr_benchmark", "dsr", "block_length", "n_trials")
+    return {name: (list(getattr(v, name)) if name == "sharpe_diff_ci" else getattr(v, name)) for name in names}
 
 
 @dataclass
@@ -95,7 +95,8 @@ def verdict_of(series: pd.DataFrame, seeds: Sequence[int], periods_per_year: flo
                wf: WalkForwardConfig) -> Verdict:
     """``edge_verdict`` of the ensemble over buy-and-hold on the stitched ``series`` (a :func:`basket`)."""
     bench = series["buy_and_hold"].to_numpy()
-    trial_sharpes = [per_period_sharpe(series[f"seed_{s}"].to_numpy() - bench) for s in seeds]
+    sharpes = [per_period_sharpe(series[f"seed_{s}"].to_numpy() - bench) for s in seeds]
+    trial_sharpes = [s for s in sharpes if s is not None]  # a seed identical to buy-and-hold has none
     n = trial_count(wf)
     result = edge_verdict(series["ensemble"].to_numpy(), bench, periods_per_year, n_trials=n,
                           trial_sharpes=trial_sharpes, alpha=ALPHA, reps=BOOTSTRAP_REPS, seed=0)
