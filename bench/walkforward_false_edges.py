@@ -5,6 +5,7 @@ signal of any kind; history i drawn from seed i), each run through
 
     walkforward-ppo-lstm --data walk_<i>.csv --folds 2 --test-size 250 --seeds 1 --jobs 2 ... (tiny training)
 
+(``--parallel`` such walk-forwards at once).
 The training is deliberately short (``--episodes 24`` of 32 bars, a 16-wide net): the claim
 is about the verdict, which must hold whatever the agent learned, and on these markets
 there is nothing to learn. With one seed there is one trial, so the verdict is the
@@ -22,6 +23,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +55,7 @@ def main() -> None:
     parser.add_argument("--histories", type=int, default=20)
     parser.add_argument("--bars", type=int, default=1000)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--parallel", type=int, default=3, help="walk-forwards (histories) run at once")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -62,22 +65,26 @@ def main() -> None:
     print("# " + " ".join(["python bench/walkforward_false_edges.py", *sys.argv[1:]]))
     print(f"# each: walkforward-ppo-lstm --folds 2 --test-size 250 --seeds 1 --jobs {args.jobs} {' '.join(TRAINING)}")
     print(f"{'history':>7s} {'shown':>6s} {'p':>6s} {'excess %/yr':>12s} {'95 % CI':>20s} {'B&H %/yr':>9s}")
-    for i in range(args.histories):
+    def one(i: int) -> dict:
         data = write_walk(out / f"walk_{i:02d}.csv", args.bars, i)
         command = [sys.executable, "-m", "ppo_lstm.walkforward", "--data", str(data), "--out", str(out / f"wf_{i:02d}"),
                    "--folds", "2", "--test-size", "250", "--seeds", "1", "--jobs", str(args.jobs), "--no-progress",
                    *TRAINING]
         done = subprocess.run(command, env=env, capture_output=True, text=True)
         if done.returncode != 0:
-            sys.exit(f"history {i}: walk-forward failed ({done.returncode}): {done.stderr[-2000:]}")
-        summary = json.loads((out / f"wf_{i:02d}" / "summary.json").read_text())
+            raise RuntimeError(f"history {i}: walk-forward failed ({done.returncode}): {done.stderr[-2000:]}")
+        return json.loads((out / f"wf_{i:02d}" / "summary.json").read_text())
+
+    with ThreadPoolExecutor(args.parallel) as pool:
+        summaries = list(pool.map(one, range(args.histories)))
+    for i, summary in enumerate(summaries):
         s = summary["edge"]
         bh = summary["figures"]["buy_and_hold"]["overall"]["annual_return"]
         rows.append({"history": i, "shown": bool(summary["shown"]), "p_value": s["p_value"],
                      "excess_annual": s["excess_annual"], "ci_low": s["ci_low"], "ci_high": s["ci_high"],
                      "buy_and_hold_annual": bh, "verdict": summary["verdict"]})
         print(f"{i:7d} {str(summary['shown']):>6s} {s['p_value']:6.3f} {100 * s['excess_annual']:12.2f} "
-              f"{100 * s['ci_low']:9.2f} to {100 * s['ci_high']:6.2f} {100 * bh:9.2f}", flush=True)
+              f"{100 * s['ci_low']:9.2f} to {100 * s['ci_high']:6.2f} {100 * bh:9.2f}")
     shown = sum(r["shown"] for r in rows)
     below = sum(r["p_value"] < 0.05 for r in rows)
     rate = shown / len(rows)
