@@ -160,7 +160,7 @@ def plot_report(series: pd.DataFrame, seeds: Sequence[int], path: Path) -> bool:
         ax.text(pd.Timestamp(t), ax.get_ylim()[1], f" fold {k}", va="top", fontsize=8, color="tab:red")
     ax.set_ylabel("growth of 1 (out of sample)")
     ax.set_title("Walk-forward: stitched out-of-sample equity")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
     tmp = path.with_name(path.name + ".tmp.png")
     fig.savefig(tmp, dpi=110)
