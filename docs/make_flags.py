@@ -27,7 +27,7 @@ Every flag of the training command is built from one dataclass, `ppo_lstm.config
 (which nests `envs.config.EnvConfig`): its default, type and help text are written once, there.
 `python train_ppo_lstm.py --help` prints the same list.
 
-Every flag of `train-ppo-lstm`, `evaluate-ppo-lstm` and `predict-ppo-lstm` is also a key of a `--config` file (YAML
+Every flag of `train-ppo-lstm`, `evaluate-ppo-lstm`, `predict-ppo-lstm` and `walkforward-ppo-lstm` is also a key of a `--config` file (YAML
 or TOML, the flag's name without its leading `--`, e.g. `num-envs: 4`); flags given on the
 command line override the file. See [configuration.md](configuration.md).
 
@@ -69,6 +69,9 @@ COMMANDS = [
      ("ppo_lstm.deploy.predict",)),
     ("export-ppo-lstm", "export-ppo-lstm", "`export-ppo-lstm`",
      ("ppo_lstm.deploy.export_onnx",)),
+    ("walkforward-ppo-lstm", "walkforward-ppo-lstm",
+     "`walkforward-ppo-lstm` or `python -m ppo_lstm.walkforward` (every training flag, and the walk-forward's)",
+     ("ppo_lstm.walkforward.config",)),
 ]
 
 

@@ -12,7 +12,8 @@ The public API (imported lazily: ``import ppo_lstm`` does not import torch)::
 
 Sub-packages: ``algo`` (agent, rollout, PPO), ``train`` (trainer, workers), ``rundir``
 (checkpoints, lock, logs), ``evaluation`` (backtests, reports), ``deploy`` (streaming
-policy, ONNX), ``distributed`` (everything that knows about ranks).
+policy, ONNX), ``walkforward`` (walk-forward evaluation and its verdict), ``distributed``
+(everything that knows about ranks).
 """
 from __future__ import annotations
 

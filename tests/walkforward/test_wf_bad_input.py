@@ -1,0 +1,80 @@
+"""Bad input to the walk-forward (ppo_lstm.walkforward.cli.main, in-process, fast): one
+line on stderr, exit code 2, no job started and nothing of an earlier walk-forward lost."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ppo_lstm.walkforward.cli import main
+from ppo_lstm.walkforward.state import STATE_NAME
+
+SMALL = ["--window", "8", "--episode-length", "16", "--num-envs", "2", "--update-interval", "32", "--minibatches", "2"]
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    close = 100 * np.exp(np.cumsum(0.01 * rng.standard_normal(300)))
+    frame = pd.DataFrame({"Date": pd.bdate_range("2018-01-01", periods=300).strftime("%Y-%m-%d"), "Open": close,
+                          "High": close * 1.01, "Low": close * 0.99, "Close": close})
+    path = tmp_path / "walk.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+def run(*args: object) -> tuple[int, str]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as stop:
+            code = int(stop.code or 0)
+    lines = [line for line in err.getvalue().splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    return code, lines[0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--out", "{out}"], "a walk-forward needs --data"),
+    (["--data", "{data}", "--out", "{out}", "--folds", "4", "--test-size", "80"],
+     r"4 folds of --test-size 80 bars after --purge 0 need more bars than the 300 selected"),
+    (["--data", "{data}", "--out", "{out}", "--folds", "2", "--test-size", "9"],
+     r"holds 9 bars of walk.csv; a test window needs at least window \+ 2 = 10"),
+    (["--data", "{data}", "--out", "{out}", "--purge", "-1"], r"--purge must be >= 0"),
+    (["--data", "{data}", "--out", "{out}", "--scheme", "rolling"], r"--scheme rolling needs --train-size"),
+    (["--data", "{data}", "--out", "{out}", "--distributed", "--jobs", "2"], r"one job at a time"),
+    (["--data", "{data}", "--out", "{out}", "--test-size", "1 year"], r"neither a count of bars"),
+    (["--data", "{data}", "--out", "{out}", "--folds", "2", "--test-size", "100"],
+     r"fold 1 \(training bars .*\): .* bars .* left for training"),
+])
+def test_bad_input_is_one_line_and_exit_2(data: Path, tmp_path: Path, args: list[str], message: str) -> None:
+    out = tmp_path / "out"
+    code, line = run(*[a.format(data=data, out=out) for a in args], *SMALL, "--episode-length", "150")
+    assert code == 2 and line.startswith("error: ") and pytest.importorskip("re").search(message, line), line
+    assert not (out / "jobs").exists()
+
+
+def test_another_walk_forward_in_the_output_dir_is_refused_and_kept(data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    (out / "jobs" / "fold01-seed1").mkdir(parents=True)
+    code, line = run("--data", data, "--out", out, "--folds", "2", "--test-size", "20", *SMALL)
+    assert code == 2 and "holds jobs of another walk-forward" in line
+    (out / "jobs" / "fold01-seed1").rmdir()
+    (out / "jobs").rmdir()
+    from ppo_lstm.walkforward.cli import parse_command_line
+    from ppo_lstm.walkforward.state import check_or_write
+    command = parse_command_line(["--data", str(data), "--out", str(out), "--folds", "2", "--test-size", "20", *SMALL])
+    check_or_write(out, command.wf, command.train, [str(data)])
+    saved = (out / STATE_NAME).read_text()
+    code, line = run("--data", data, "--out", out, "--folds", "3", "--test-size", "20", *SMALL)
+    assert code == 2 and "holds a walk-forward with other settings (folds 2 -> 3)" in line
+    data.write_text(data.read_text().replace("2018-01-01", "2017-12-29"))
+    code, line = run("--data", data, "--out", out, "--folds", "2", "--test-size", "20", *SMALL)
+    assert code == 2 and "changed since it started" in line
+    assert (out / STATE_NAME).read_text() == saved and json.loads(saved)["settings"]["walkforward"]["folds"] == 2
