@@ -319,6 +319,12 @@ def _convert(action: argparse.Action, key: Any, value: Any, where: str) -> Any:
     return _convert_one(action, key, value, where)
 
 
+def setting_value(action: argparse.Action, key: Any, value: Any, where: str) -> Any:
+    """One value given for ``action`` in a file (``key`` at ``where``), as the flag would give it;
+    UsageError (one line) when the flag does not accept it."""
+    return _convert(action, key, value, where)
+
+
 def _convert_one(action: argparse.Action, key: Any, value: Any, where: str) -> Any:
     if value is None:
         if action.default is None:
