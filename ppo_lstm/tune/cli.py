@@ -50,6 +50,9 @@ def _run(command: Any) -> int:
     out = Path(tune.out)
     url = tune.storage or default_storage(tune.out)
     if tune.report:
+        if tune.storage is None and not (out / "study.db").is_file():
+            raise UsageError(f"--out {out} holds no study (no {out / 'study.db'}); run the study first, or give "
+                             f"--storage where it lives")
         storage = make_storage(url)
         _print_report(report_lines(load_existing(storage, tune.study_name, url), url, out), out)
         return 0

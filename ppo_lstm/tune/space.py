@@ -120,7 +120,7 @@ def _dimension(name: str, action: argparse.Action, spec: Any, where: str) -> Dim
     kind, values = next(iter(spec.items()))
     if not isinstance(values, list):
         raise UsageError(f"{where}: '{name}: {kind}' takes a list, e.g. [LOW, HIGH]")
-    if action.nargs is not None:
+    if action.nargs not in (None, 0):
         raise UsageError(f"{where}: '{name}' takes a list of values and cannot be tuned; give it as a flag")
     integer = action.type is int
     if kind == "choice":
