@@ -61,6 +61,8 @@ COMMANDS = [
      ("ppo_lstm.deploy.predict",)),
     ("export-ppo-lstm", "export-ppo-lstm", "`export-ppo-lstm`",
      ("ppo_lstm.deploy.export_onnx",)),
+    ("tune-ppo-lstm", "tune-ppo-lstm", "`tune-ppo-lstm` or `python -m ppo_lstm.tune` (every training flag sets "
+     "the base configuration; the tuning group is its own)", ("ppo_lstm.tune.config",)),
 ]
 
 

@@ -114,7 +114,8 @@ def importance_lines(study: optuna.Study) -> list[str]:
     except (RuntimeError, ValueError) as err:
         return [f"Parameter importances: not available ({one_line(err)})"]
     lines = ["Parameter importances (optuna.importance.get_param_importances, its default evaluator):"]
-    lines += [f"  {name:24s} {value:.3f}" for name, value in importances.items()]
+    ranked = sorted(importances.items(), key=lambda item: (-round(item[1], 3), item[0]))  # ties: by name
+    lines += [f"  {name:24s} {value:.3f}" for name, value in ranked]
     return lines
 
 

@@ -52,14 +52,14 @@ def test_postgresql_two_processes(tmp_path: Path, postgres: Postgres) -> None:
 def test_a_killed_process_leaves_a_trial_that_runs_again(tmp_path: Path) -> None:
     space = write_space(tmp_path / "space.yaml", SPACE)
     url = f"journal:{tmp_path / 'journal.log'}"
-    args = ["--out", "study", "--storage", url, "--space", space, "--trials", "2", "--heartbeat", "0.5"]
+    args = ["--out", "study", "--storage", url, "--space", space, "--trials", "1", "--heartbeat", "0.5"]
     run = start_tune(tmp_path, *args)
     wait_until(lambda: (tmp_path / "study" / "trial-0000" / "metrics.csv").exists(), 120, "the first trial's run")
     os.kill(run.pid, signal.SIGKILL)
     run.wait(30, check_processes=False)
     assert_no_process_left(tmp_path)  # its training run died with it
     killed = trials_of(url, "study")
-    assert [t.state for t in killed] == [TrialState.RUNNING, TrialState.WAITING]
+    assert [t.state for t in killed] == [TrialState.RUNNING]
 
     result = start_tune(tmp_path, *args).wait(240)
     assert result.returncode == 0, result.output
@@ -70,4 +70,4 @@ def test_a_killed_process_leaves_a_trial_that_runs_again(tmp_path: Path) -> None
     assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE
     assert retry[0].params == first.params and retry[0].user_attrs["slot"] == 0
     done = [t for t in trials if t.state == TrialState.COMPLETE]
-    assert sorted(t.user_attrs["slot"] for t in done) == [0, 1]
+    assert [t.user_attrs["slot"] for t in done] == [0] and len(trials) == 2

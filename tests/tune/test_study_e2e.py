@@ -11,6 +11,7 @@ import yaml
 
 from conftest import ROOT, TRAIN, env_for_child
 from ppo_lstm.tune.queue import FAIL_REASON
+from test_space_and_input import run_main
 from tune_fixtures import assert_exactly, start_tune, trials_of, write_space
 
 pytestmark = pytest.mark.e2e
@@ -23,7 +24,8 @@ def settings_of(config_yaml: Path) -> dict:
     return {k: v for k, v in values.items() if k not in ("checkpoint-dir", "log-file")}
 
 
-def test_two_processes_on_sqlite_then_resume_report_and_best_yaml(tmp_path: Path) -> None:
+def test_two_processes_on_sqlite_then_resume_report_and_best_yaml(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     space = write_space(tmp_path / "space.yaml", SPACE)
     args = ["--out", "study", "--space", space, "--trials", "3", "--jobs", "2", "--sampler", "random"]
     result = start_tune(tmp_path, *args).wait(240)
@@ -47,12 +49,12 @@ def test_two_processes_on_sqlite_then_resume_report_and_best_yaml(tmp_path: Path
     best = max(trials, key=lambda t: (t.value, -t.number))
     assert f"Best trial: {best.number}," in report
 
-    again = start_tune(tmp_path, *args).wait(120)  # resumes: every slot ran, so nothing runs
-    assert again.returncode == 0, again.output
-    assert "trial " not in again.stdout.split("Study")[0]
+    monkeypatch.chdir(tmp_path)  # in this process: neither command below runs a trial
+    code, again, _ = run_main(*args)  # resumes the study: every slot ran, so nothing runs
+    assert code == 0 and again.startswith("Study 'study'")
     assert_exactly(trials_of(url, "study"), 3)
-    shown = start_tune(tmp_path, "--out", "study", "--report").wait(60)
-    assert shown.returncode == 0 and shown.stdout == report
+    code, shown, _ = run_main("--out", "study", "--report")
+    assert code == 0 and shown == report
 
     # best.yaml trains as it is, with the best trial's settings
     train = subprocess.run([sys.executable, TRAIN, "--config", "study/best.yaml", "--checkpoint-dir", "again",
