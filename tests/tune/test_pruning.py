@@ -11,7 +11,7 @@ from optuna.trial import TrialState
 
 from tune_fixtures import assert_exactly, start_tune, trials_of, write_space
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 
 def test_the_median_pruner_stops_the_trials_that_cannot_learn(tmp_path: Path) -> None:

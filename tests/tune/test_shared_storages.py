@@ -16,7 +16,7 @@ from conftest import assert_no_process_left
 from ppo_lstm.tune.queue import FAIL_REASON, RETRY_OF
 from tune_fixtures import Postgres, assert_exactly, postgres_server, start_tune, trials_of, wait_until, write_space
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 SPACE = "learning-rate-actor: {log-uniform: [1e-4, 1e-2]}\n"
 

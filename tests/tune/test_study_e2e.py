@@ -14,7 +14,7 @@ from ppo_lstm.tune.queue import FAIL_REASON
 from test_space_and_input import run_main
 from tune_fixtures import assert_exactly, start_tune, trials_of, write_space
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 SPACE = "learning-rate-actor: {log-uniform: [1e-4, 1e-2]}\nlstm-size: {choice: [8, 16]}\n"
 
