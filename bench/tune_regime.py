@@ -98,7 +98,8 @@ def main() -> None:
     print(json.dumps({"bench": "tune_regime", "default_holdout_return_pct": reference,
                       "best_trial": best.number, "best_holdout_return_pct": best.value, "share": share,
                       "best_params": best.params, "trials": counts, "default_wall_s": round(default_s, 1),
-                      "study_wall_s": round(study_s, 1), "episodes": args.episodes, "max_trials": args.trials, "history_bars": HISTORY_BARS}))
+                      "study_wall_s": round(study_s, 1), "episodes": args.episodes, "max_trials": args.trials,
+                      "history_bars": HISTORY_BARS}))
 
 
 if __name__ == "__main__":

@@ -90,16 +90,17 @@ def report_lines(study: optuna.Study, url: str, out: Path) -> list[str]:
         for t in ranked[:TOP]:
             std = t.user_attrs.get("score_std")
             sharpe = t.user_attrs.get("holdout_sharpe")
-            lines.append(f"  {t.number:5d}  {t.state.name.lower():8s} {_fmt(t.value):>8s}  "
-                         f"{_fmt(std) if std is not None else '-':>8s}  {_fmt(sharpe) if sharpe is not None else '-':>6s}"
-                         f"  " + "  ".join(f"{_fmt(t.params.get(n, '-')):>{len(n)}s}" for n in names))
+            std_text = _fmt(std) if std is not None else "-"
+            sharpe_text = _fmt(sharpe) if sharpe is not None else "-"
+            lines.append(f"  {t.number:5d}  {t.state.name.lower():8s} {_fmt(t.value):>8s}  {std_text:>8s}  "
+                         f"{sharpe_text:>6s}  " + "  ".join(f"{_fmt(t.params.get(n, '-')):>{len(n)}s}" for n in names))
     lines += ["", *importance_lines(study)]
     lines.append(history_line(study, out))
     failed = [t for t in trials if t.state == TrialState.FAIL]
     if failed:
         lines += ["", "Failed trials:"]
-        lines += [f"  {t.number}: {t.user_attrs.get(FAIL_REASON, 'its process was killed or interrupted; queued again')}"
-                  for t in failed]
+        killed = "its process was killed or interrupted; its slot is queued again"
+        lines += [f"  {t.number}: {t.user_attrs.get(FAIL_REASON, killed)}" for t in failed]
     return lines
 
 

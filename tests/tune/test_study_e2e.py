@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, TRAIN, env_for_child
+from conftest import TRAIN, env_for_child
 from ppo_lstm.tune.queue import FAIL_REASON
 from test_space_and_input import run_main
 from tune_fixtures import assert_exactly, start_tune, trials_of, write_space
