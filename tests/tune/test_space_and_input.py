@@ -123,3 +123,10 @@ def test_bad_flags_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 def test_parse_space_rejects_a_list_flag() -> None:
     with pytest.raises(UsageError, match="cannot be tuned"):
         parse_space({"data": {"choice": ["a.csv"]}}, train_parser(), "x", {})
+
+
+def test_without_optuna_the_error_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(__import__("sys").modules, "optuna", None)  # import optuna raises ImportError
+    code, _, err = run_main("--out", "X")
+    assert code == 2
+    assert_one_line(err, "needs Optuna and SQLAlchemy", "pip install 'ppo-lstm-trader[tune]'")
