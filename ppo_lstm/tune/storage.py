@@ -7,7 +7,9 @@
 
 :func:`open_study` creates the study or loads it. Two processes that create the same study at
 the same moment race (one may get an ``IntegrityError`` from the database, or Optuna's
-``DuplicatedStudyError``): the loser loads what the winner created. The study records the
+``DuplicatedStudyError``; a ``CREATE TYPE`` or ``CREATE TABLE`` of Optuna's schema that the
+other ran first, PostgreSQL's ``DuplicateObject``): the loser tries again and loads what the
+winner created. The study records the
 settings it was created with (:data:`SETTINGS_ATTR`); a later command with other settings is
 refused, naming the first that differs.
 """
@@ -73,7 +75,11 @@ def _retry(make: Any, url: str, attempts: int = 8) -> Any:
     for attempt in range(attempts):
         try:
             return make()
-        except (sqlalchemy.exc.IntegrityError, optuna.exceptions.DuplicatedStudyError):
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError,
+                optuna.exceptions.DuplicatedStudyError) as err:
+            lost_race = not isinstance(err, sqlalchemy.exc.ProgrammingError) or "already exists" in str(err)
+            if not lost_race:
+                raise UsageError(f"--storage {shown_url(url)}: {one_line(err, 200)}") from None
             if attempt == attempts - 1:
                 raise
             time.sleep(0.1 + random.random() * 0.4)

@@ -54,3 +54,4 @@ def test_the_spec_splits_at_the_last_colon(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="holds no study 'other'"):
         make_study(f"sqlite:///{tmp_path / 'study.db'}", "tune")
         trial_stats(f"{tmp_path}:other")
+
