@@ -72,6 +72,8 @@ COMMANDS = [
     ("walkforward-ppo-lstm", "walkforward-ppo-lstm",
      "`walkforward-ppo-lstm` or `python -m ppo_lstm.walkforward` (every training flag, and the walk-forward's)",
      ("ppo_lstm.walkforward.config",)),
+    ("tune-ppo-lstm", "tune-ppo-lstm", "`tune-ppo-lstm` or `python -m ppo_lstm.tune` (every training flag sets "
+     "the base configuration; the tuning group is its own)", ("ppo_lstm.tune.config",)),
 ]
 
 

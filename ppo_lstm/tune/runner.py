@@ -1,0 +1,132 @@
+"""The study's worker loop, in one process or ``--jobs`` processes (spawned, never threads).
+
+Each worker fails stale trials, queues the slots given back, takes a free slot, samples its
+settings (the sampler reseeded with ``--sampler-seed + trial number``), runs it
+(:class:`~ppo_lstm.tune.objective.TrialRunner`) and tells the storage how it ended, until no
+slot is left. Several machines running the same command share the slots the same way.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from types import FrameType
+from typing import Optional
+
+import optuna
+from optuna.trial import TrialState
+
+from ..config import TrainConfig
+from ..distributed import resolve_device, world_size_for
+from ..errors import EXIT_SIGINT, EXIT_USAGE, UsageError
+from .config import TuneConfig
+from .objective import Interrupted, TrialFailed, TrialRunner
+from .queue import FAIL_REASON, SLOT, beat, fail_stale, queue_slots, take_slot
+from .space import Space
+from .storage import load_existing, make_storage
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every worker process needs (picklable, for spawned processes)."""
+
+    base: TrainConfig
+    tune: TuneConfig
+    space: Space
+    url: str
+    periods_per_year: float
+
+
+def make_sampler(tune: TuneConfig, number: int) -> optuna.samplers.BaseSampler:
+    seed = tune.sampler_seed + number
+    if tune.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=tune.startup_trials, constant_liar=True)
+
+
+def make_pruner(tune: TuneConfig) -> optuna.pruners.BasePruner:
+    if tune.pruner == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=tune.startup_trials)
+    if tune.pruner == "halving":
+        return optuna.pruners.SuccessiveHalvingPruner()
+    return optuna.pruners.NopPruner()
+
+
+def _interrupt(signum: int, _frame: Optional[FrameType]) -> None:
+    raise Interrupted(signum)
+
+
+def work(job: Job, worker: int = 0) -> int:
+    """Run trials until no slot is left; returns the exit code (130/143 when interrupted)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _interrupt)
+    tune = job.tune
+    try:
+        study = load_existing(make_storage(job.url), tune.study_name, job.url)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    study.pruner = make_pruner(tune)
+    world_size = world_size_for(job.base, resolve_device(job.base.device))
+    runner = TrialRunner(study, job.base, job.space, tune.out, tune.seeds, tune.metric, tune.heartbeat,
+                         job.periods_per_year, world_size)
+    try:
+        while True:
+            fail_stale(study, tune.heartbeat)
+            queue_slots(study, tune.trials)
+            frozen = take_slot(study, tune.trials)
+            if frozen is None:
+                return 0
+            beat(study, frozen._trial_id)
+            study.sampler = make_sampler(tune, frozen.number)
+            study.sampler.before_trial(study, frozen)
+            trial = optuna.trial.Trial(study, frozen._trial_id)
+            _run_one(study, trial, runner, frozen.user_attrs[SLOT], worker)
+    except Interrupted as stop:
+        return 128 + (stop.args[0] if stop.args else signal.SIGINT)
+
+
+def _run_one(study: optuna.Study, trial: optuna.trial.Trial, runner: TrialRunner, slot: int, worker: int) -> None:
+    tic = time.perf_counter()
+    try:
+        value = runner.run(trial)
+    except optuna.TrialPruned:
+        study.tell(trial, state=TrialState.PRUNED)
+        outcome = "pruned"
+    except TrialFailed as err:
+        trial.set_user_attr(FAIL_REASON, str(err))
+        study.tell(trial, state=TrialState.FAIL)
+        outcome = f"failed: {err}"
+    except Interrupted:
+        study.tell(trial, state=TrialState.FAIL)  # no fail_reason: its slot is queued again
+        print(f"trial {trial.number}: interrupted; its slot is queued again", flush=True)
+        raise
+    else:
+        study.tell(trial, value)
+        outcome = f"score {value:.4g}"
+    print(f"trial {trial.number} (slot {slot}, process {worker}): {outcome} "
+          f"[{time.perf_counter() - tic:.1f} s]", flush=True)
+
+
+def run_jobs(job: Job) -> int:
+    """``--jobs`` worker processes (one runs here when it is 1); the worst exit code."""
+    if job.tune.jobs == 1:
+        return work(job)
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=_spawned, args=(job, k)) for k in range(job.tune.jobs)]
+    for process in processes:
+        process.start()
+    try:
+        for process in processes:
+            process.join()
+    except KeyboardInterrupt:
+        for process in processes:
+            process.join()
+        return EXIT_SIGINT
+    return max((p.exitcode or 0 for p in processes), key=abs)
+
+
+def _spawned(job: Job, worker: int) -> None:
+    sys.exit(work(job, worker))

@@ -1,0 +1,37 @@
+"""Pruning is real: on a space where half the settings cannot learn (an actor learning rate of
+1e-9 leaves the policy as initialised), the median pruner stops those trials at their first
+hold-out backtest, and their training runs end early with a clean checkpoint."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+
+from tune_fixtures import assert_exactly, start_tune, trials_of, write_space
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+
+def test_the_median_pruner_stops_the_trials_that_cannot_learn(tmp_path: Path) -> None:
+    space = write_space(tmp_path / "space.yaml", "learning-rate-actor: {choice: [0.003, 1.0e-9]}\n")
+    # sampler seed 2: trials 0 and 2 draw 0.003, trial 1 draws 1e-9; trial 0 is the pruner's one start-up trial
+    result = start_tune(tmp_path, "--out", "study", "--space", space, "--trials", "3", "--sampler", "random",
+                        "--sampler-seed", "2", "--startup-trials", "1", "--pruner", "median",
+                        "--episodes", "32").wait(240)
+    assert result.returncode == 0, result.output
+    trials = trials_of(f"sqlite:///{tmp_path / 'study' / 'study.db'}", "study")
+    assert_exactly(trials, 3)
+    assert [t.params["learning-rate-actor"] for t in trials] == [0.003, 1e-9, 0.003]
+    pruned = [t for t in trials if t.state == TrialState.PRUNED]
+    assert [t.number for t in pruned] == [1]
+    assert max(pruned[0].intermediate_values) == 4  # stopped at its first backtest, of eight
+    assert all(max(t.intermediate_values) == 32 for t in trials if t.state == TrialState.COMPLETE)
+    run = tmp_path / "study" / "trial-0001"
+    with open(run / "metrics.csv", newline="") as handle:
+        last = list(csv.DictReader(handle))[-1]
+    assert int(last["episodes"]) < 32
+    assert "interrupted at episode" in (run / "training.log").read_text()  # SIGTERM: checkpointed and ended
+    assert (run / "latest").exists()
+    assert "1 pruned" in result.stdout

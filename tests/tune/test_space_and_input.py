@@ -1,0 +1,132 @@
+"""The search space and every bad input of tune-ppo-lstm: one line on stderr, exit code 2."""
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import pytest
+
+from ppo_lstm.config import build_parser as train_parser
+from ppo_lstm.errors import UsageError
+from ppo_lstm.tune.cli import main
+from ppo_lstm.tune.report import run_settings
+from ppo_lstm.tune.space import DEFAULT_SPACE, load_space, parse_space
+from ppo_lstm.tune.storage import make_storage, open_study, record_settings
+from tune_fixtures import TINY, write_space
+
+
+def run_main(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([*TINY, *args])
+        except SystemExit as stop:
+            code = int(stop.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+def assert_one_line(err: str, *words: str) -> None:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def test_default_space_covers_the_documented_flags() -> None:
+    space = load_space(None, train_parser())
+    names = {d.name for d in space.dimensions}
+    assert names == {"learning-rate-actor", "learning-rate-critic", "ent-coef", "gamma", "gae-lambda", "clip",
+                     "epochs", "minibatches", "update-interval", "hidden-size", "lstm-size", "cost-warmup"}
+    assert names == set(DEFAULT_SPACE)
+    kinds = {d.name: (d.kind, d.integer) for d in space.dimensions}
+    assert kinds["learning-rate-actor"] == ("log-uniform", False) and kinds["epochs"] == ("int", True)
+
+
+def test_a_space_file_maps_flags_to_distributions(tmp_path: Path) -> None:
+    path = write_space(tmp_path / "s.yaml", "fee_bps: {uniform: [1, 5]}\nupdate-interval: {log-uniform: [32, 512]}\n"
+                                            "norm-adv: {choice: [true, false]}\n")
+    space = load_space(path, train_parser())
+    dims = {d.name: d for d in space.dimensions}
+    assert dims["fee-bps"].dest == "env.fee_bps" and dims["fee-bps"].values == (1.0, 5.0)
+    assert dims["update-interval"].integer and dims["update-interval"].kind == "log-uniform"
+    assert dims["norm-adv"].values == (True, False)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("lstm_sise: {choice: [32, 64]}\n", ["unknown flag 'lstm_sise'", "did you mean 'lstm-size'", "line 1"]),
+    ("clip: {uniform: [0.3, 0.1]}\n", ["'clip: uniform' needs low < high", "[0.3, 0.1]"]),
+    ("epochs: {int: [4, 4]}\n", ["low < high"]),
+    ("lstm-size: {choice: []}\n", ["'lstm-size: choice' has nothing in it"]),
+    ("gamma: {normal: [0, 1]}\n", ["needs one distribution"]),
+    ("market: {uniform: [0, 1]}\n", ["'market' is not a number"]),
+    ("lstm-size: {choice: [abc]}\n", ["'lstm-size' takes an integer"]),
+    ("clip: {int: [1, 3]}\n", ["not an integer"]),
+    ("ent-coef: {log-uniform: [0, 0.1]}\n", ["needs low > 0"]),
+    ("", ["the space is empty"]),
+])
+def test_bad_space_is_one_line_exit_2(tmp_path: Path, text: str, words: list[str]) -> None:
+    path = write_space(tmp_path / "space.yaml", text)
+    code, _, err = run_main("--out", str(tmp_path / "study"), "--space", path)
+    assert code == 2
+    assert_one_line(err, "error:", *words)
+    assert not (tmp_path / "study").exists()  # nothing created for a bad space
+
+
+def test_a_space_that_changes_the_studys_settings_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "study"
+    out.mkdir()
+    url = f"sqlite:///{out / 'study.db'}"
+    study, created = open_study(make_storage(url), "study", url)
+    assert created
+    recorded_space = parse_space({"clip": {"uniform": [0.1, 0.3]}}, train_parser(), "x", {})
+    from ppo_lstm.tune.config import parse_command_line
+    base = parse_command_line([*TINY, "--out", str(out)]).base
+    record_settings(study, {"space": __import__("json").loads(recorded_space.canonical()), "metric": "return",
+                            "seeds": 1, "base": run_settings(base)})
+    path = write_space(tmp_path / "space.yaml", "clip: {uniform: [0.1, 0.25]}\n")
+    code, _, err = run_main("--out", str(out), "--space", path)
+    assert code == 2
+    assert_one_line(err, "study 'study' was created with space clip", "0.3", "0.25", "--study-name")
+    code, _, err = run_main("--out", str(out), "--space", path.replace("space", "space"), "--clip", "0.2",
+                            "--fee-bps", "3")
+    assert code == 2 and "created with" in err
+    assert len(study.get_trials()) == 0  # refused before any trial
+
+
+def test_an_unreachable_storage_is_one_line(tmp_path: Path) -> None:
+    code, _, err = run_main("--out", str(tmp_path / "s"), "--storage", "postgresql://u:secret@127.0.0.1:1/none")
+    assert code == 2
+    assert_one_line(err, "cannot reach the storage", "127.0.0.1:1")
+    assert "secret" not in err
+    code, _, err = run_main("--out", str(tmp_path / "s"), "--storage", "redis://localhost")
+    assert code == 2
+    assert_one_line(err, "not a storage")
+
+
+@pytest.mark.parametrize("args, words", [
+    ([], ["--out DIR is required"]),
+    (["--out", "X", "--checkpoint-dir", "c"], ["--checkpoint-dir is set by the study"]),
+    (["--out", "X", "--trials", "0"], ["at least 1"]),
+    (["--out", "X", "--holdout-episodes", "0"], ["keep a hold-out"]),
+    (["--out", "X", "--report"], ["holds no study", "run the study first"]),
+])
+def test_bad_flags_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str],
+                                words: list[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main(*args)
+    assert code == 2
+    assert_one_line(err, *words)
+
+
+def test_parse_space_rejects_a_list_flag() -> None:
+    with pytest.raises(UsageError, match="cannot be tuned"):
+        parse_space({"data": {"choice": ["a.csv"]}}, train_parser(), "x", {})
+
+
+def test_without_optuna_the_error_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(__import__("sys").modules, "optuna", None)  # import optuna raises ImportError
+    code, _, err = run_main("--out", "X")
+    assert code == 2
+    assert_one_line(err, "needs Optuna and SQLAlchemy", "pip install 'ppo-lstm-trader[tune]'")
