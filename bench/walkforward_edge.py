@@ -1,7 +1,7 @@
 """Walk-forward on a market with a real edge: does the verdict find it?
 
 The built-in regime market (hidden up/down trend, drift +-0.2 %/bar, vol 1 %/bar, ~50-bar
-regimes; ``envs.simulated``) written out as ONE long hourly history (``--bars`` bars, the
+regimes; ``envs.markets.processes``) written out as ONE long hourly history (``--bars`` bars, the
 same generator as ``bench/learning.py``'s regime CSV, seed ``--data-seed``), then
 
     walkforward-ppo-lstm --data regime.csv --folds 3 --test-size 2000 --seeds 3 --fee-bps 10 --slippage-bps 0
@@ -32,7 +32,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from envs.simulated import paths_from_noise  # noqa: E402
+from envs.markets.processes import paths_from_noise  # noqa: E402
 
 
 def write_regime_history(path: Path, bars: int, seed: int) -> Path:

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from envs.data import DataError, MarketData, date_span
-from envs.instruments import data_paths, instrument_name, load_instruments
+from envs.data.instruments import data_paths, instrument_name, load_instruments
 
 from ..config import TrainConfig, _settings, validate as validate_train
 from ..config_file import dump_settings

@@ -20,7 +20,7 @@ import torch
 
 from envs.config import EnvConfig
 from envs.data import MarketData
-from envs.instruments import instrument_name
+from envs.data.instruments import instrument_name
 
 from ..algo.agent import RecurrentActorCritic
 from ..evaluation.backtest import BacktestResult, backtest_history
