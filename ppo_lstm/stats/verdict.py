@@ -104,12 +104,13 @@ def trial_variance(trial_sharpes: Optional[Sequence[float]], bars: int) -> float
 
 
 def edge_verdict(agent: np.ndarray, benchmark: np.ndarray, periods_per_year: float, *, n_trials: int = 1,
-                 trial_sharpes: Optional[Sequence[float]] = None, alpha: float = 0.05, reps: int = 2000,
-                 seed: int = 0) -> EdgeVerdict:
+                 trial_sharpes: Optional[Sequence[float]] = None, trial_sharpe_variance: Optional[float] = None,
+                 alpha: float = 0.05, reps: int = 2000, seed: int = 0) -> EdgeVerdict:
     """The verdict on ``agent``'s edge over ``benchmark``: simple per-bar returns ``[T]`` on the same bars.
 
     ``n_trials`` counts every configuration and seed tried (>= 1); ``trial_sharpes`` are those trials'
-    per-bar Sharpe ratios of their excess returns, for the variance the DSR needs.
+    per-bar Sharpe ratios of their excess returns, for the variance the DSR needs
+    (:func:`trial_variance`), unless ``trial_sharpe_variance`` (per bar) gives that variance itself.
     """
     agent, benchmark = as_returns(agent), as_returns(benchmark)
     if agent.shape != benchmark.shape:
@@ -125,7 +126,8 @@ def edge_verdict(agent: np.ndarray, benchmark: np.ndarray, periods_per_year: flo
     variance: Optional[float] = None
     dsr: Optional[float] = None
     if n_trials > 1:
-        variance = trial_variance(trial_sharpes, agent.size)
+        variance = (trial_variance(trial_sharpes, agent.size) if trial_sharpe_variance is None
+                    else float(trial_sharpe_variance))
         dsr = deflated_sharpe_ratio(agent - benchmark, n_trials, variance)
     shown = excess.p_value < alpha and (n_trials == 1 or (dsr is not None and dsr > 1 - alpha))
     return EdgeVerdict(shown=bool(shown), alpha=alpha, bars=int(agent.size), periods_per_year=float(periods_per_year),

@@ -28,7 +28,7 @@ from .config import WalkForwardConfig, build_parser, parse_command_line, validat
 from .folds import Fold, make_folds, parse_size
 from .jobs import Job, JobFailed, job_config, run_jobs, threads_per_job
 from .report import figures_table, fold_rows, summary_dict, write_reports
-from .results import basket, oos_frame, verdict_of
+from .results import StudyTrials, basket, oos_frame, verdict_of
 from .state import JOBS_DIR, check_or_write, settings_of
 from .trading import finish_job, trade_fold, window_bars
 
@@ -91,7 +91,23 @@ def plan(wf: WalkForwardConfig, train: TrainConfig) -> Plan:
     return Plan(datas, files, calendar, folds, jobs)
 
 
-def report(wf: WalkForwardConfig, train: TrainConfig, p: Plan, command: str) -> str:
+def load_study(spec: Optional[str]) -> Optional[StudyTrials]:
+    """The finished trials of ``--study STORAGE:NAME``; UsageError (one line) when it cannot be read."""
+    if spec is None:
+        return None
+    try:
+        from ..tune.study_stats import trial_stats
+    except ImportError:
+        raise UsageError("--study reads an Optuna study: pip install 'ppo-lstm-trader[tune]'") from None
+    stats = trial_stats(spec)
+    if stats.trials == 0:
+        raise UsageError(f"--study {spec}: the study has no finished trial yet; run tune-ppo-lstm first, "
+                         f"or leave --study out")
+    return stats
+
+
+def report(wf: WalkForwardConfig, train: TrainConfig, p: Plan, command: str,
+           study: Optional[StudyTrials] = None) -> str:
     """Trade every fold's ensemble and baselines, write the reports; returns the verdict line."""
     seeds = [train.seed + s for s in range(wf.seeds)]
     trades = {}
@@ -102,7 +118,7 @@ def report(wf: WalkForwardConfig, train: TrainConfig, p: Plan, command: str) -> 
     oos = oos_frame(trades, seeds)
     ppy = float(p.datas[0].periods_per_year)
     series = basket(oos, seeds)
-    verdict = verdict_of(series, seeds, ppy, wf)
+    verdict = verdict_of(series, seeds, ppy, wf, study)
     table = figures_table(series, seeds, ppy)
     summary = summary_dict(settings_of(wf, train), p.folds, p.calendar, table, verdict, ppy,
                            [instrument_name(d.source) for d in p.datas])
@@ -128,6 +144,7 @@ def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
             print_config(wf, train)
             return 0
         p = plan(wf, train)
+        study = load_study(wf.study)
         check_or_write(Path(wf.out), wf, train, p.files)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -150,7 +167,7 @@ def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
     if stopped is not None:
         print("Walk-forward interrupted; rerun the same command to resume it", file=sys.stderr)
         return stopped
-    line = report(wf, train, p, "walkforward-ppo-lstm " + " ".join(shlex.quote(a) for a in argv))
+    line = report(wf, train, p, "walkforward-ppo-lstm " + " ".join(shlex.quote(a) for a in argv), study)
     print(line)
     print(f"Reports: {Path(wf.out) / 'report.md'}, summary.json, walkforward.csv, oos_returns.csv, report.png")
     return 0

@@ -43,6 +43,10 @@ class WalkForwardConfig:
     seeds: int = _f(3, "training seeds per fold (--seed, --seed + 1, ...); the verdict is about their ensemble")
     configs_tried: int = _f(1, "configurations tried before this one (for the Deflated Sharpe Ratio's trial count: "
                                "seeds x this)")
+    study: Optional[str] = _f(None, "the tune-ppo-lstm study this configuration was chosen from (STORAGE:NAME, e.g. "
+                                    "runs/tune:tune): its finished trials count as configurations tried, and the "
+                                    "spread of their hold-out Sharpe ratios enters the Deflated Sharpe Ratio",
+                              metavar="STORAGE:NAME", launch=True)
     jobs: int = _f(1, "(fold, seed) trainings run at once; torch threads are divided among them", launch=True)
 
     def settings(self) -> dict[str, Any]:

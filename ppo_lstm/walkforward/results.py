@@ -12,22 +12,47 @@ count is :func:`trial_count`, the one place that counts trials.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
 
-from ..stats import annualised_return, annualised_sharpe, edge_verdict, max_drawdown, per_period_sharpe
+from ..stats import annualised_return, annualised_sharpe, edge_verdict, max_drawdown, per_period_sharpe, trial_variance
 from .config import WalkForwardConfig
 from .trading import BASELINES, FoldTrades
 
 ALPHA = 0.05
+
+
+class StudyTrials(Protocol):
+    """What the verdict takes from a tuning study (``ppo_lstm.tune.study_stats.TrialStats``)."""
+
+    trials: int
+    sharpes: tuple[float, ...]
+
+    @property
+    def per_period_variance(self) -> float: ...
+
 BOOTSTRAP_REPS = 2000
 
 
-def trial_count(wf: WalkForwardConfig) -> int:
-    """The Deflated Sharpe Ratio's number of trials: seeds x the configurations tried."""
-    return wf.seeds * wf.configs_tried
+def trial_count(wf: WalkForwardConfig, study: Optional[StudyTrials] = None) -> int:
+    """The Deflated Sharpe Ratio's number of trials: seeds x the configurations tried.
+
+    The configurations are ``--configs-tried``; with ``--study``, the study's finished trials
+    plus ``--configs-tried - 1`` tried outside it (the tuned configuration is one of the trials).
+    """
+    configurations = wf.configs_tried if study is None else study.trials + wf.configs_tried - 1
+    return wf.seeds * max(configurations, 1)
+
+
+def trial_variance_of(seed_sharpes: Sequence[float], bars: int, study: Optional[StudyTrials]) -> float:
+    """The per-bar variance of the trials' Sharpe ratios for the DSR: the seeds' (``trial_variance``),
+    or, with a study of at least two scored trials, the larger of that and the study's."""
+    variance = trial_variance(seed_sharpes, bars)
+    if study is not None and len(study.sharpes) > 1:
+        variance = max(variance, study.per_period_variance)
+    return variance
 
 
 def oos_frame(trades: dict[str, list[tuple[int, FoldTrades]]], seeds: Sequence[int]) -> pd.DataFrame:
@@ -92,12 +117,14 @@ class Verdict:
 
 
 def verdict_of(series: pd.DataFrame, seeds: Sequence[int], periods_per_year: float,
-               wf: WalkForwardConfig) -> Verdict:
+               wf: WalkForwardConfig, study: Optional[StudyTrials] = None) -> Verdict:
     """``edge_verdict`` of the ensemble over buy-and-hold on the stitched ``series`` (a :func:`basket`)."""
     bench = series["buy_and_hold"].to_numpy()
     sharpes = [per_period_sharpe(series[f"seed_{s}"].to_numpy() - bench) for s in seeds]
     trial_sharpes = [s for s in sharpes if s is not None]  # a seed identical to buy-and-hold has none
-    n = trial_count(wf)
+    n = trial_count(wf, study)
     result = edge_verdict(series["ensemble"].to_numpy(), bench, periods_per_year, n_trials=n,
-                          trial_sharpes=trial_sharpes, alpha=ALPHA, reps=BOOTSTRAP_REPS, seed=0)
+                          trial_sharpes=trial_sharpes,
+                          trial_sharpe_variance=trial_variance_of(trial_sharpes, len(bench), study),
+                          alpha=ALPHA, reps=BOOTSTRAP_REPS, seed=0)
     return Verdict(result, n, trial_sharpes)

@@ -2,9 +2,9 @@
 by the seed ensemble and by the baselines, all through ``backtest_history``.
 
 A test window is bars ``a..b-1`` of an instrument. Every one of them is scored: the
-backtest is given bars ``a-W-1..b-1``, so its first observation is the ``W`` bars before
-``a`` (and the decision bar ``a-1``, all before the window), its first order fills at bar
-``a``'s open and its last bar is ``b-1``. The per-bar returns ``[b-a]`` are the equity's
+backtest's first decision is at the close of bar ``a-1`` (its observation the ``W`` bars up
+to it, all before the window), its first order fills at bar ``a``'s open and its last bar
+is ``b-1``. The per-bar returns ``[b-a]`` are the equity's
 simple returns, bar ``a`` first; the windows of consecutive folds stitch end to end.
 """
 from __future__ import annotations
@@ -49,7 +49,7 @@ def returns_of(equity: np.ndarray) -> np.ndarray:
 
 def trade(policy: Any, env: EnvConfig, data: MarketData, a: int, b: int) -> BacktestResult:
     """``policy`` (an agent or agent-like) greedily on bars ``a..b-1`` (every one scored)."""
-    return backtest_history(policy, env, data, a - env.window - 1, b, greedy=True)
+    return backtest_history(policy, env, data, a - 1, b, greedy=True)  # the first decision at bar a - 1's close
 
 
 def checkpoint_of(job: Job) -> Path:

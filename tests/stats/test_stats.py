@@ -118,6 +118,10 @@ def test_verdict_rule_and_line():
     kept = edge_verdict(strong, bench, 252, reps=500, n_trials=3, trial_sharpes=[0.3, 0.31, 0.29])
     assert kept.shown and kept.dsr > 0.95
     assert kept.as_dict()["line"] == kept.line()
+    given = edge_verdict(strong, bench, 252, reps=500, n_trials=3, trial_sharpes=[0.3, 0.31, 0.29],
+                         trial_sharpe_variance=0.09)  # a variance given directly wins over the trials' own
+    assert given.trial_sharpe_variance == 0.09 and given.dsr < kept.dsr
+    assert given.dsr == pytest.approx(deflated_sharpe_ratio(strong - bench, 3, 0.09))
 
 
 def test_identical_returns_show_no_edge_and_bad_input_is_refused():

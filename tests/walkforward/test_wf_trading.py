@@ -85,7 +85,7 @@ def test_stitched_folds_are_the_folds_backtests_end_to_end() -> None:
     pieces, times = [], []
     for fold in folds:
         a, b = window_bars(data, data.timestamps, fold)
-        result = backtest_history(agent(1), ENV, data, a - ENV.window - 1, b)
+        result = backtest_history(agent(1), ENV, data, a - 1, b)  # the first decision at the close before a
         pieces.append(returns_of(result.equity))
         times.append(result.time[1:])
     stitched = np.concatenate(times)

@@ -1,0 +1,63 @@
+"""walkforward-ppo-lstm --study: a tuning study's trials make the verdict's Deflated Sharpe Ratio stricter."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from optuna.trial import TrialState
+
+from ppo_lstm.errors import UsageError
+from ppo_lstm.stats import deflated_sharpe_ratio
+from ppo_lstm.walkforward.cli import load_study
+from ppo_lstm.walkforward.config import WalkForwardConfig
+from ppo_lstm.walkforward.results import trial_count, verdict_of
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tune"))
+from test_trial_stats import SHARPES, make_study  # noqa: E402  (a real Optuna study in SQLite)
+
+
+def _series(seeds: list[int]) -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    bench = rng.normal(0.0003, 0.01, 1500)
+    frame = pd.DataFrame({"fold": np.repeat([1, 2, 3], 500), "buy_and_hold": bench})
+    skill = rng.normal(0.0008, 0.003, 1500)  # what the seeds learned alike, and a little of their own
+    for seed in seeds:
+        frame[f"seed_{seed}"] = bench + skill + rng.normal(0.0, 0.0003, 1500)
+    frame["ensemble"] = frame[[f"seed_{s}" for s in seeds]].mean(axis=1)
+    return frame
+
+
+def test_a_study_adds_its_trials_and_their_spread_to_the_verdict(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    make_study(url, "tune")
+    study = load_study(f"{url}:tune")
+    assert study is not None and study.trials == len(SHARPES[TrialState.COMPLETE]) + len(SHARPES[TrialState.PRUNED])
+    wf = WalkForwardConfig(seeds=3, configs_tried=1, study=f"{url}:tune")
+    assert trial_count(wf) == 3 and trial_count(wf, study) == 3 * 5
+    assert trial_count(WalkForwardConfig(seeds=2, configs_tried=4), study) == 2 * (5 + 3)
+
+    seeds = [1, 2, 3]
+    series = _series(seeds)
+    alone = verdict_of(series, seeds, 252.0, wf).result
+    tuned = verdict_of(series, seeds, 252.0, wf, study).result
+    assert (alone.n_trials, tuned.n_trials) == (3, 15)
+    # the study's hold-out Sharpe ratios spread far more than three seeds' on the same data: its variance is used
+    assert tuned.trial_sharpe_variance == pytest.approx(study.per_period_variance)
+    excess = series["ensemble"].to_numpy() - series["buy_and_hold"].to_numpy()
+    assert tuned.dsr == pytest.approx(deflated_sharpe_ratio(excess, 15, study.per_period_variance))
+    assert tuned.dsr < alone.dsr
+    assert tuned.p_value == alone.p_value  # the bootstrap test itself does not depend on the trials
+
+
+def test_a_bad_or_empty_study_is_one_line(tmp_path: Path) -> None:
+    assert load_study(None) is None
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    with pytest.raises(UsageError, match="STORAGE:NAME"):
+        load_study("no-colon")
+    import optuna
+    optuna.create_study(storage=url, study_name="empty")
+    with pytest.raises(UsageError, match="no finished trial"):
+        load_study(f"{url}:empty")
