@@ -2,6 +2,8 @@
 line on stderr, exit code 2, no job started and nothing of an earlier walk-forward lost."""
 from __future__ import annotations
 
+import re
+
 import contextlib
 import io
 import json
@@ -56,7 +58,7 @@ def run(*args: object) -> tuple[int, str]:
 def test_bad_input_is_one_line_and_exit_2(data: Path, tmp_path: Path, args: list[str], message: str) -> None:
     out = tmp_path / "out"
     code, line = run(*[a.format(data=data, out=out) for a in args], *SMALL, "--episode-length", "150")
-    assert code == 2 and line.startswith("error: ") and pytest.importorskip("re").search(message, line), line
+    assert code == 2 and line.startswith("error: ") and re.search(message, line), line
     assert not (out / "jobs").exists()
 
 
