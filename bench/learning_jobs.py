@@ -15,14 +15,15 @@ import os  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from dataclasses import replace  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import Any, Optional  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from bench.learning_markets import EVAL_SEED, env_config  # noqa: E402
-from bench.learning_paths import history_paths, score_backtest, simulated_paths, trade  # noqa: E402
-from envs.data import load_ohlcv  # noqa: E402
+from bench.learning_paths import Paths, history_paths, score_backtest, simulated_paths, trade  # noqa: E402
+from envs.config import EnvConfig  # noqa: E402
+from envs.data import MarketData, load_ohlcv  # noqa: E402
 from ppo_lstm.evaluation.backtest import backtest_history, backtest_simulated, evaluation_seeds  # noqa: E402
 
 SB3_STEPS, SB3_EPISODES = 16, 8  # n_steps per env, envs (128 transitions per update, as ours)
@@ -91,32 +92,26 @@ def train_ours(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def train_sb3(job: dict[str, Any]) -> dict[str, Any]:
-    """RecurrentPPO on the same env and budget, scored greedily on the same test paths."""
-    torch.set_num_threads(1)
+def make_sb3(env: EnvConfig, data: Optional[MarketData], seed: int) -> Any:
+    """RecurrentPPO on ``env`` (trading ``data``, or simulated) with this benchmark's sizes."""
     from sb3_contrib import RecurrentPPO
     from stable_baselines3.common.env_util import make_vec_env
 
     from envs.trading_env import TradingEnv
 
-    env = env_config(job["market"])
-    data = load_ohlcv(job["train_csv"], features=env.feature_names) if job.get("train_csv") else None
-    vec = make_vec_env(lambda: TradingEnv(env, data=data), n_envs=SB3_EPISODES, seed=job["seed"])
-    model = RecurrentPPO("MlpLstmPolicy", vec, n_steps=SB3_STEPS, batch_size=SB3_EPISODES * SB3_STEPS // 4,
-                         n_epochs=4, seed=job["seed"], device="cpu",
-                         policy_kwargs=dict(lstm_hidden_size=64, net_arch=[64, 64], shared_lstm=True,
-                                            enable_critic_lstm=False))
-    start = time.perf_counter()
-    model.learn(total_timesteps=job["steps"])
-    wall = time.perf_counter() - start
-    if job.get("test_csv"):
-        test = load_ohlcv(job["test_csv"], features=env.feature_names)
-        paths = history_paths(env, test, np.zeros(len(test)))
-    else:
-        paths = simulated_paths(env, evaluation_seeds(EVAL_SEED, job["episodes"]))
+    vec = make_vec_env(lambda: TradingEnv(env, data=data), n_envs=SB3_EPISODES, seed=seed)
+    return RecurrentPPO("MlpLstmPolicy", vec, n_steps=SB3_STEPS, batch_size=SB3_EPISODES * SB3_STEPS // 4,
+                        n_epochs=4, seed=seed, device="cpu",
+                        policy_kwargs=dict(lstm_hidden_size=64, net_arch=[64, 64], shared_lstm=True,
+                                           enable_critic_lstm=False))
+
+
+def sb3_greedy(model: Any, paths: Paths) -> dict[str, float]:
+    """A RecurrentPPO policy's greedy score on ``paths`` (:func:`trade`'s dict)."""
+    env = paths.env
     core = paths.new_core()
     core.reset_rows(core.rows)
-    n, L = core.n, paths.env.episode_length
+    n, L = core.n, env.episode_length
     state, starts = None, np.ones(n, bool)
     lots = np.empty((n, L))
     offset = 0 if env.no_short else env.max_position
@@ -125,7 +120,24 @@ def train_sb3(job: dict[str, Any]) -> dict[str, Any]:
         starts = np.zeros(n, bool)
         core.step(np.asarray(actions, np.int64))
         lots[:, j] = np.asarray(actions, np.float64) - offset
-    out = trade(paths, lots)  # replays the same actions through a fresh core: the same equity
+    return trade(paths, lots)  # replays the same actions through a fresh core: the same equity
+
+
+def train_sb3(job: dict[str, Any]) -> dict[str, Any]:
+    """RecurrentPPO on the same env and budget, scored greedily on the same test paths."""
+    torch.set_num_threads(1)
+    env = env_config(job["market"])
+    data = load_ohlcv(job["train_csv"], features=env.feature_names) if job.get("train_csv") else None
+    model = make_sb3(env, data, job["seed"])
+    start = time.perf_counter()
+    model.learn(total_timesteps=job["steps"])
+    wall = time.perf_counter() - start
+    if job.get("test_csv"):
+        test = load_ohlcv(job["test_csv"], features=env.feature_names)
+        paths = history_paths(env, test, np.zeros(len(test)))
+    else:
+        paths = simulated_paths(env, evaluation_seeds(EVAL_SEED, job["episodes"]))
+    out = sb3_greedy(model, paths)
     out.update(seed=job["seed"], wall_s=wall, env_steps=int(model.num_timesteps))
     return out
 
