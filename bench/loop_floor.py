@@ -14,11 +14,14 @@ regime market's obs and actions) and batch, at two configurations (``defaults``:
   entropy, advantage normalisation), backward, global-norm clipping and the trainer's own
   Adam (fused), with ``zero_grad(set_to_none=True)``;
 * **trainer**: ``Trainer.run`` on the same sizes; its phase timers give seconds per env
-  step (``rollout`` phase / env steps) and per gradient step (``update`` phase /
-  (updates x epochs x minibatches)).
+  step (a ``rollout`` phase: T steps of N envs, GAE and the bootstrap value included) and
+  per gradient step (an ``update`` phase / (epochs x minibatches): minibatch selection,
+  the guard's snapshot and finiteness check and the statistics included).
 
-The four alternate ``--repeats`` times; each figure is the minimum over repeats (a floor
-on a shared machine is its least-disturbed run). Ratios: trainer rollout per env step /
+Each floor is timed over windows of the same work as one trainer phase (a rollout of T
+steps; an update of E x M gradient steps); every figure is the quickest window (the
+least-disturbed one on a shared machine), over all windows of ``--repeats`` interleaved
+rounds. The JSON line also has the trainer's means over whole runs. Ratios: trainer rollout per env step /
 (rollout floor + env step) per env step, and trainer update per gradient step / gradient
 floor. ``--profile`` also prints ``torch.profiler``'s top operators of one trainer run.
 
@@ -39,8 +42,10 @@ import json  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from collections import defaultdict  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import Any, Iterator  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -55,6 +60,7 @@ from ppo_lstm.config import TrainConfig  # noqa: E402
 from ppo_lstm.distributed import LocalComm, Worker  # noqa: E402
 from ppo_lstm.train.build import build_agent, build_optimizer  # noqa: E402
 from ppo_lstm.train.shutdown import StopRequest  # noqa: E402
+from ppo_lstm.train.timing import PhaseClock  # noqa: E402
 from ppo_lstm.train.trainer import Trainer  # noqa: E402
 
 NUM_ENVS, EPOCHS, MINIBATCHES, SIZE = 8, 4, 4, 64
@@ -153,14 +159,34 @@ def gradient_floor(config: TrainConfig, steps: int, rounds: int = 10) -> float:
     return best
 
 
-def trainer_costs(config: TrainConfig) -> dict[str, float]:
-    """The trainer's seconds per env step (rollout phase) and per gradient step (update phase)."""
+class IntervalClock(PhaseClock):
+    """The trainer's phase clock, also keeping every interval: ``intervals[phase]`` [updates] seconds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.intervals: dict[str, list[float]] = defaultdict(list)
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        before = self.seconds[phase]
+        with super().__call__(phase):
+            yield
+        self.intervals[phase].append(self.seconds[phase] - before)
+
+
+def trainer_costs(config: TrainConfig, steps: int) -> dict[str, float]:
+    """The trainer's seconds per env step (its quickest rollout phase / T N) and per gradient step
+    (its quickest update phase / E M): the same statistic as the floors' (the least-disturbed
+    window of the same work), and the means over the run beside them."""
     with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
         trainer = Trainer(config, Worker(LocalComm(), 0, torch.device("cpu")), None, StopRequest())
+        trainer.clock = clock = IntervalClock()
         trainer.run()
-    seconds, s = trainer.clock.seconds, trainer.state
-    return {"per_env_step": seconds["rollout"] / s.env_steps,
-            "per_gradient_step": seconds["update"] / (s.update * EPOCHS * MINIBATCHES),
+    s = trainer.state
+    return {"per_env_step": min(clock.intervals["rollout"]) / (steps * NUM_ENVS),
+            "per_gradient_step": min(clock.intervals["update"]) / (EPOCHS * MINIBATCHES),
+            "mean_per_env_step": clock.seconds["rollout"] / s.env_steps,
+            "mean_per_gradient_step": clock.seconds["update"] / (s.update * EPOCHS * MINIBATCHES),
             "env_steps": s.env_steps, "updates": s.update}
 
 
@@ -189,10 +215,11 @@ def main() -> None:
             for name, steps in CONFIGS.items():
                 config = train_config(steps, args.steps, tmp)
                 r = runs[name]
-                r["rollout_floor"].append(rollout_floor(config, steps, rounds=max(1, 320 // steps)))
-                r["env_step"].append(env_step(config, steps, rounds=max(1, 320 // steps)))
-                r["gradient_floor"].append(gradient_floor(config, steps, rounds=max(1, 160 // steps)))
-                r["trainer"].append(trainer_costs(config))
+                windows = max(1, args.steps // (NUM_ENVS * steps))  # as many as the trainer's updates
+                r["rollout_floor"].append(rollout_floor(config, steps, windows))
+                r["env_step"].append(env_step(config, steps, windows))
+                r["gradient_floor"].append(gradient_floor(config, steps, windows))
+                r["trainer"].append(trainer_costs(config, steps))
         profiles = {n: profile_trainer(train_config(t, args.steps, tmp), 25) for n, t in CONFIGS.items()} \
             if args.profile else {}
     table: dict[str, dict[str, float]] = {}
