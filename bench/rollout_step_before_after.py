@@ -47,6 +47,7 @@ for _ in range(args.rounds):
     res["gae_before"].append(run_gae(old_gae))
     res["gae_after"].append(run_gae(new_buf.compute_gae))
 m = {k: min(x) * 1e6 for k, x in res.items()}
-print(f"policy step of 8 envs: before {m['step_before']:.1f} us, after {m['step_after']:.1f} us ({m['step_before']/m['step_after']:.2f}x)")
-print(f"GAE over [16, 8]: before {m['gae_before']:.1f} us, after {m['gae_after']:.1f} us ({m['gae_before']/m['gae_after']:.2f}x)")
+for label, key in (("policy step of 8 envs", "step"), ("GAE over [16, 8]", "gae")):
+    before, after = m[f"{key}_before"], m[f"{key}_after"]
+    print(f"{label}: before {before:.1f} us, after {after:.1f} us ({before / after:.2f}x)")
 print("minimum of", args.rounds, "interleaved rounds each; GAE outputs bitwise equal")
