@@ -17,8 +17,8 @@ there within its budget), and the time each needs to reach RecurrentPPO's best s
 (the median over its seeds of each seed's best point) with their ratio. Writes a plot of
 every curve against wall time and env steps.
 
-    python bench/time_to_quality.py                # 3 seeds each (~25 min on 2 busy cores)
-    python bench/time_to_quality.py --quick        # smoke run (~1 min)
+    python bench/time_to_quality.py                # 3 seeds each, the full measurement
+    python bench/time_to_quality.py --quick        # smoke run: 1 seed, 4,096 steps each
 
 Runs ``--jobs`` training processes at once; compare ratios, not absolute seconds (a
 shared machine). Prints a table, then ONE JSON line.
