@@ -10,6 +10,7 @@ import warnings
 from typing import Callable, Optional
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 LSTMState = tuple[Tensor, Tensor]
@@ -125,16 +126,27 @@ class RecurrentActorCritic(nn.Module):
             return out, (h, c)
         return run
 
-    def step(self, obs: Tensor, state: LSTMState, episode_starts: Tensor) -> tuple[Tensor, Tensor, LSTMState]:
+    def step(self, obs: Tensor, state: LSTMState, episode_starts: Tensor,
+             any_start: Optional[bool] = None) -> tuple[Tensor, Tensor, LSTMState]:
         """One time step of B envs: :meth:`forward` with ``T = 1``, for the rollout and backtests.
 
         Args: ``obs`` ``[B, D]``; ``state`` ``(h, c)``, each ``[1, B, H]``; ``episode_starts``
-        ``[B]``. Returns logits ``[B, A]``, values ``[B]`` and the new state. The LSTM is
-        stepped with ``torch.lstm_cell`` on its own weights: several times cheaper per step
-        than ``nn.LSTM`` on the CPU, and equal to :meth:`forward` up to float rounding.
+        ``[B]``; ``any_start``: whether any of them is 1, when the caller knows it on the host
+        (False skips the state's reset, a multiplication by 1). Returns logits ``[B, A]``,
+        values ``[B]`` and the new state. The LSTM is stepped with ``torch.lstm_cell`` on its
+        own weights, and the layers are called as functions (the same kernels as the modules,
+        without their per-call Python): several times cheaper per step than ``nn.LSTM`` on
+        the CPU, and equal to :meth:`forward` up to float rounding.
         """
-        keep = (1.0 - episode_starts.to(obs.dtype)).view(-1, 1)  # [B, 1]
+        h, c = state[0][0], state[1][0]  # [B, H]
+        if any_start is not False:
+            keep = (1.0 - episode_starts.to(obs.dtype)).view(-1, 1)  # [B, 1]
+            h, c = h * keep, c * keep
+        first, second = self.encoder[0], self.encoder[2]
+        features = torch.tanh(F.linear(torch.tanh(F.linear(obs, first.weight, first.bias)), second.weight, second.bias))
         lstm = self.lstm
-        h, c = torch.lstm_cell(self.encoder(obs), (state[0][0] * keep, state[1][0] * keep), lstm.weight_ih_l0,
-                               lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0)
-        return self.policy_head(h), self.value_head(h).squeeze(-1), (h[None], c[None])
+        h, c = torch.lstm_cell(features, (h, c), lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0,
+                               lstm.bias_hh_l0)
+        policy, value = self.policy_head, self.value_head
+        return (F.linear(h, policy.weight, policy.bias), F.linear(h, value.weight, value.bias)[:, 0],
+                (h[None], c[None]))

@@ -79,7 +79,8 @@ class RolloutBuffer:
 
     def add(self, t: int, obs: Tensor, episode_starts: Tensor, actions: Tensor, log_probs: Tensor,
             values: Tensor) -> None:
-        """Store step ``t``: obs ``[N, D]``, the rest ``[N]``. The step's rewards are known
+        """Store step ``t``: obs ``[N, D]``, the rest ``[N]`` (the actions as int64 or float; stored
+        as float). The step's rewards are known
         only after the env stepped: the rollout writes them into :attr:`rewards` ``[T, N]``."""
         self.obs[t] = obs
         self.episode_starts[t] = episode_starts
@@ -115,15 +116,13 @@ def compute_gae(rewards: Tensor, values: Tensor, episode_starts: Tensor, next_va
     recursion there. Truncated (time-limit) episodes are bootstrapped by the
     trainer, which adds ``gamma * V(final_obs)`` to that step's reward.
     """
-    steps = rewards.shape[0]
-    advantages = torch.zeros_like(rewards)
+    not_done = 1.0 - torch.cat([episode_starts[1:], next_episode_start[None]])  # [T, N]: step t+1 continues t
+    following = torch.cat([values[1:], next_value[None]])  # [T, N]: the value of step t+1
+    deltas = rewards + gamma * following * not_done - values  # [T, N]
+    decay = gamma * gae_lambda * not_done  # [T, N]
+    advantages = torch.empty_like(rewards)
     last = torch.zeros_like(next_value)
-    for t in reversed(range(steps)):
-        if t == steps - 1:
-            not_done, following_value = 1.0 - next_episode_start, next_value
-        else:
-            not_done, following_value = 1.0 - episode_starts[t + 1], values[t + 1]
-        delta = rewards[t] + gamma * following_value * not_done - values[t]
-        last = delta + gamma * gae_lambda * not_done * last
+    for t in reversed(range(rewards.shape[0])):  # the same operations, in the same order, per element
+        last = deltas[t] + decay[t] * last
         advantages[t] = last
     return advantages

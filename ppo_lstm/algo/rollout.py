@@ -111,10 +111,11 @@ class RolloutCollector:
                 if t > 0:
                     self._store_rewards(t - 1)
                 obs, starts = stage.obs, stage.starts  # [N, D], [N]
-                logits, values, self.lstm_state = self.agent.step(obs, self.lstm_state, starts)  # [N, A], [N]
+                logits, values, self.lstm_state = self.agent.step(obs, self.lstm_state, starts,
+                                                                  bool(self.episode_start.any()))  # [N, A], [N]
                 actions, host_actions = sample_actions(logits, self.sample_generator, self.check_on_device, update)
                 log_probs = logits.log_softmax(-1).gather(-1, actions[:, None])[:, 0]  # [N]
-                self.buffer.add(t, obs, starts, actions.float(), log_probs, values)
+                self.buffer.add(t, obs, starts, actions, log_probs, values)
             self.obs, rewards, terminated, truncated, info = self.env.step(host_actions)
             cut = truncated & ~terminated
             self.episode_start = terminated | truncated

@@ -87,6 +87,23 @@ def test_step_equals_forward_one_step_at_a_time_with_resets():
     assert state[0].shape == (1, B, 8)
 
 
+def test_step_told_no_env_starts_is_bitwise_the_masked_step():
+    """``any_start`` (the rollout knows it on the host) skips the reset: bit for bit the same
+    outputs where no env starts, and the reset still happens where one does (``any_start=True``)."""
+    torch.manual_seed(3)
+    agent = RecurrentActorCritic(obs_dim=5, num_actions=3, hidden_size=8, lstm_size=8)
+    obs, state = torch.randn(4, 5), (torch.randn(1, 4, 8), torch.randn(1, 4, 8))
+    with torch.no_grad():
+        masked = agent.step(obs, state, torch.zeros(4))
+        told = agent.step(obs, state, torch.zeros(4), any_start=False)
+        assert all(torch.equal(a, b) for a, b in zip((*masked[:2], *masked[2]), (*told[:2], *told[2])))
+        starts = torch.tensor([0.0, 1.0, 0.0, 0.0])
+        reset = agent.step(obs, state, starts, any_start=True)
+        fresh = agent.step(obs[1:2], (torch.zeros(1, 1, 8), torch.zeros(1, 1, 8)), torch.zeros(1))
+    assert torch.allclose(reset[0][1], fresh[0][0], atol=1e-6)  # env 1 started from a zero state
+    assert not torch.allclose(reset[0][0], fresh[0][0], atol=1e-6)
+
+
 def test_replay_from_stored_state_reproduces_rollout_log_probs(tmp_path):
     """The first minibatch of an update sees ratio 1: replaying each env sequence from
     the stored initial (h, c) with done-masking gives the rollout's log-probs."""
