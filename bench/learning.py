@@ -24,7 +24,8 @@ scores: ``bench/learning_ceiling.py``; the training jobs: ``bench/learning_jobs.
 
     python bench/learning.py                    # the benchmark (3 markets, 3 seeds; see below for time)
     python bench/learning.py --quick            # smoke run (~1 min)
-    python bench/learning.py --markets regime-10bps --steps 384000 --no-sb3   # a longer budget: 3,000 episodes of 128 steps
+    # a longer budget: 3,000 episodes of 128 steps
+    python bench/learning.py --markets regime-10bps --steps 384000 --no-sb3
     python bench/learning.py --set ent_coef=0.03 --set update_interval=512    # TrainConfig overrides
     python bench/learning.py --no-sb3 --seeds 6 --workers 1,2   # 1 worker against 2 gloo workers (~9 min)
 
@@ -111,7 +112,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markets", default=DEFAULT_MARKETS, help=f"comma list of {', '.join(MARKETS)}")
     parser.add_argument("--steps", type=int, default=131_072, help="env steps per ppo-lstm-trader training run")
-    parser.add_argument("--sb3-steps", type=int, help="env steps per RecurrentPPO run (default: --steps, the same budget)")
+    parser.add_argument("--sb3-steps", type=int,
+                        help="env steps per RecurrentPPO run (default: --steps, the same budget)")
     parser.add_argument("--seeds", type=int, default=3, help="training seeds of ppo-lstm-trader (1..N)")
     parser.add_argument("--sb3-seeds", type=int, default=1, help="training seeds of RecurrentPPO")
     parser.add_argument("--no-sb3", action="store_true", help="skip RecurrentPPO")

@@ -86,7 +86,8 @@ def write_signal_csv(directory: Path, seed: int) -> tuple[Path, Path, np.ndarray
     wick = np.abs(rng.standard_normal((2, bars))) * 0.002
     time_index = pd.date_range("2001-01-01", periods=bars, freq="h")
     frame = pd.DataFrame({"Date": time_index.strftime("%Y-%m-%d %H:%M:%S"), "Open": open_,
-                          "High": np.maximum(open_, close) * (1 + wick[0]), "Low": np.minimum(open_, close) * (1 - wick[1]),
+                          "High": np.maximum(open_, close) * (1 + wick[0]),
+                          "Low": np.minimum(open_, close) * (1 - wick[1]),
                           "Close": close, "Volume": 1000.0, "signal": signal, "noise": noise})
     train, test = directory / "signal_train.csv", directory / "signal_test.csv"
     frame.iloc[:CSV_TRAIN_BARS].to_csv(train, index=False, float_format="%.12g")
