@@ -29,7 +29,8 @@ Every flag of the training command is built from one dataclass, `ppo_lstm.config
 
 Every flag of `train-ppo-lstm`, `evaluate-ppo-lstm`, `predict-ppo-lstm`, `walkforward-ppo-lstm` and
 `tune-ppo-lstm` is also a key of a `--config` file (YAML or TOML, the flag's name without its
-leading `--`, e.g. `num-envs: 4`); flags given on the command line override the file. See [configuration.md](configuration.md).
+leading `--`, e.g. `num-envs: 4`); flags given on the command line override the file.
+See [configuration.md](configuration.md).
 
 Every switch (a flag without a value; all but `--help` and `--print-config`, which are no settings)
 comes with its opposite, so the command line can undo
