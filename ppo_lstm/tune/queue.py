@@ -85,6 +85,13 @@ def take_slot(study: optuna.Study, n: int) -> Optional[FrozenTrial]:
     return None
 
 
+def others_running(study: optuna.Study, n: int) -> bool:
+    """Whether a trial of a slot below ``n`` is RUNNING: in another process, or in a killed one
+    whose heartbeat has not gone stale yet (its slot then comes back to the queue)."""
+    return any((s := _slot(t)) is not None and s < n
+               for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+
+
 def beat(study: optuna.Study, trial_id: int) -> None:
     study._storage.set_trial_user_attr(trial_id, HEARTBEAT, time.time())  # noqa: SLF001
 

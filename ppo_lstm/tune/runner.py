@@ -3,7 +3,9 @@
 Each worker fails stale trials, queues the slots given back, takes a free slot, samples its
 settings (the sampler reseeded with ``--sampler-seed + trial number``), runs it
 (:class:`~ppo_lstm.tune.objective.TrialRunner`) and tells the storage how it ended, until no
-slot is left. Several machines running the same command share the slots the same way.
+slot is left and no other trial runs: while one does, it waits, so the trial of a process that
+was killed is run again once its heartbeat goes stale. Several machines running the same
+command share the slots the same way.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from ..distributed import resolve_device, world_size_for
 from ..errors import EXIT_SIGINT, EXIT_USAGE, UsageError
 from .config import TuneConfig
 from .objective import Interrupted, TrialFailed, TrialRunner
-from .queue import FAIL_REASON, SLOT, beat, fail_stale, queue_slots, take_slot
+from .queue import FAIL_REASON, SLOT, beat, fail_stale, others_running, queue_slots, take_slot
 from .space import Space
 from .storage import load_existing, make_storage
 
@@ -78,7 +80,10 @@ def work(job: Job, worker: int = 0) -> int:
             queue_slots(study, tune.trials)
             frozen = take_slot(study, tune.trials)
             if frozen is None:
-                return 0
+                if not others_running(study, tune.trials):
+                    return 0
+                time.sleep(tune.heartbeat)  # a killed process's trial comes back once its beat is stale
+                continue
             beat(study, frozen._trial_id)
             study.sampler = make_sampler(tune, frozen.number)
             study.sampler.before_trial(study, frozen)

@@ -52,7 +52,8 @@ def test_postgresql_two_processes(tmp_path: Path, postgres: Postgres) -> None:
 def test_a_killed_process_leaves_a_trial_that_runs_again(tmp_path: Path) -> None:
     space = write_space(tmp_path / "space.yaml", SPACE)
     url = f"journal:{tmp_path / 'journal.log'}"
-    args = ["--out", "study", "--storage", url, "--space", space, "--trials", "1", "--heartbeat", "0.5"]
+    # beats 1 s apart: the rerun below starts before the killed trial goes stale (6 beats), and must wait for it
+    args = ["--out", "study", "--storage", url, "--space", space, "--trials", "1", "--heartbeat", "1"]
     run = start_tune(tmp_path, *args)
     wait_until(lambda: (tmp_path / "study" / "trial-0000" / "metrics.csv").exists(), 120, "the first trial's run")
     os.kill(run.pid, signal.SIGKILL)
