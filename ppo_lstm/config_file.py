@@ -103,6 +103,15 @@ def _base_type(hint: Any) -> type:
     return args[0] if args else hint
 
 
+def add_config_group(parser: argparse.ArgumentParser, title: str, config_class: type, prefix: str) -> None:
+    """Add every field of the dataclass ``config_class`` to ``parser`` as one group of flags,
+    each stored under ``prefix + field name`` (a command's own settings beside the training's)."""
+    group = parser.add_argument_group(title)
+    hints = typing.get_type_hints(config_class)
+    for f in dataclasses.fields(config_class):
+        add_field_flag(group, f, hints[f.name], prefix + f.name)
+
+
 def add_field_flag(group: Any, f: dataclasses.Field, hint: Any, dest: str) -> None:
     """Add one dataclass field (type ``hint``) to an argparse group as ``--field-name``, from
     its default and its ``help`` (and optional ``choices``, ``metavar``, ``nargs``,

@@ -4,8 +4,6 @@ fields by the same rule (:func:`ppo_lstm.config_file.add_field_flag`)."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -13,7 +11,7 @@ from typing import Any, Optional
 from envs.config import EnvConfig
 
 from ..config import TrainConfig, build_parser as build_train_parser
-from ..config_file import add_field_flag, parse_args
+from ..config_file import add_config_group, parse_args
 from ..errors import UsageError
 
 TUNE_GROUP = "tuning: the study, its search space and its storage"
@@ -58,10 +56,7 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     parser = build_train_parser(prog)
     parser.description = ("Tune the training flags with Optuna on the hold-out: each trial is an ordinary training "
                           "run dir under --out. Every training flag (and --config) sets the base configuration.")
-    group = parser.add_argument_group(TUNE_GROUP)
-    hints = typing.get_type_hints(TuneConfig)
-    for f in dataclasses.fields(TuneConfig):
-        add_field_flag(group, f, hints[f.name], "tune." + f.name)
+    add_config_group(parser, TUNE_GROUP, TuneConfig, "tune.")
     return parser
 
 

@@ -8,14 +8,13 @@ One parser holds both (the training parser of :func:`ppo_lstm.config.build_parse
 from __future__ import annotations
 
 import dataclasses
-import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from envs.config import EnvConfig
 
 from ..config import TrainConfig, build_parser as build_train_parser
-from ..config_file import ParsedArgs, add_field_flag, parse_args
+from ..config_file import ParsedArgs, add_config_group, parse_args
 from ..errors import UsageError
 
 WF = "walk-forward: folds, seeds and the verdict"
@@ -60,10 +59,7 @@ def build_parser(prog: Optional[str] = None) -> Any:
     parser = build_train_parser(prog)
     parser.description = ("Walk-forward evaluation: train each fold on the bars before its test window with several "
                           "seeds, trade the test windows, and say whether the edge over buy-and-hold is shown.")
-    group = parser.add_argument_group(WF)
-    hints = typing.get_type_hints(WalkForwardConfig)
-    for f in dataclasses.fields(WalkForwardConfig):
-        add_field_flag(group, f, hints[f.name], "wf." + f.name)
+    add_config_group(parser, WF, WalkForwardConfig, "wf.")
     return parser
 
 
