@@ -32,6 +32,7 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import re  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -75,16 +76,23 @@ def phases(plan: Plan, work: Path) -> list[tuple[str, Callable[[], Any]]]:
 
 
 def measure(plan: Plan, steps: Optional[list[tuple[str, Callable[[], Any]]]] = None,
-            machine: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+            machine: Optional[dict[str, Any]] = None, partial: Optional[Path] = None) -> dict[str, Any]:
     """The report: the ``machine`` (else :func:`environment`), then every phase (``steps``, else
-    :func:`phases`), each guarded, and the checks that ``failed``."""
+    :func:`phases`), each guarded, and the checks that ``failed``. Each phase's end is said on
+    stderr, and, with ``partial``, the report so far is written there as JSON after every phase
+    (a machine taken back, or a timeout, still leaves what was measured)."""
     started = time.monotonic()
     report: dict[str, Any] = {"bench": "gpu_check", "rehearsal": plan.rehearsal,
                               **(machine if machine is not None else environment(plan))}
     with tempfile.TemporaryDirectory() as tmp:
         steps = steps if steps is not None else phases(plan, Path(tmp))
-        for name, fn in steps:
+        for index, (name, fn) in enumerate(steps, 1):
+            tic = time.monotonic()
             report[name] = guarded(name, fn)
+            print(f"gpu_check: phase {index}/{len(steps)} {name}: {time.monotonic() - tic:.1f} s", file=sys.stderr,
+                  flush=True)
+            if partial is not None:
+                partial.write_text(json.dumps(report, default=str) + "\n")
     if plan.rehearsal:
         report["stand_ins"] = STAND_INS
     report["seconds"] = round(time.monotonic() - started, 1)
@@ -111,13 +119,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     plan = replace(plan, skip_tests=args.skip_tests, budget=plan.budget if args.budget is None else args.budget)
     if not plan.rehearsal:
         plan = replace(plan, bf16=torch.cuda.is_bf16_supported(including_emulation=False))
-    report = measure(plan)
-    text = render(report, plan)
-    print(text)
-    slug = "cpu_rehearsal" if plan.rehearsal else re.sub(r"[^a-z0-9]+", "_", report["gpu"].lower()).strip("_")
+    machine = environment(plan)
+    slug = "cpu_rehearsal" if plan.rehearsal else re.sub(r"[^a-z0-9]+", "_", machine["gpu"].lower()).strip("_")
     out = Path(args.out) if args.out else ROOT / "bench" / "results" / f"gpu_check_{slug}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial.json")
+    report = measure(plan, machine=machine, partial=partial)
+    text = render(report, plan)
+    print(text)
     out.write_text(text + "\n")
+    partial.unlink(missing_ok=True)
     print(f"written to {out}")
     return 1 if report["failed"] else 0
 

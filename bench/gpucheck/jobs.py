@@ -28,7 +28,8 @@ def cuda_tests(plan: Plan, work: Path) -> dict[str, Any]:
     summary = next((line for line in reversed(lines) if re.search(r"\b(passed|failed|skipped|errors?)\b", line)),
                    lines[-1] if lines else f"exit code {code} and no output")
     failures = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
-    return {"ok": code == 0, "summary": summary.strip("= "), "failures": failures, "seconds": round(seconds, 1)}
+    return {"ok": code == 0, "summary": summary.strip("= "), "failures": failures, "seconds": round(seconds, 1),
+            **({} if code == 0 else {"tail": output[-4000:]})}
 
 
 def workers_line(ranks: int, plan: Plan) -> str:

@@ -159,3 +159,18 @@ def test_ending_a_job_kills_its_workers_by_pid(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.splitlines()[-1]) == [f"signal {signal.SIGKILL.value}"] * 2
     assert_no_process_left(tmp_path / "run")
+
+
+def test_the_report_so_far_is_written_after_every_phase(tmp_path):
+    partial = tmp_path / "check.md.partial.json"
+    seen = []
+
+    def second():
+        seen.append(json.loads(partial.read_text()))  # written once the first phase ended
+        raise RuntimeError("the machine was taken back")
+
+    report = gpu_check.measure(REHEARSAL, [("first", lambda: {"ok": True, "value": 1}), ("second", second)],
+                               machine=GPU, partial=partial)
+    assert seen[0]["first"] == {"ok": True, "value": 1} and "second" not in seen[0]
+    final = json.loads(partial.read_text())
+    assert final["second"]["error"].startswith("RuntimeError") and report["failed"] == ["second"]

@@ -330,3 +330,13 @@ def test_a_non_finite_verdict_of_one_rank_is_acted_on_by_every_rank(tmp_path):
     for key, state in rank0["optimizer"]["state"].items():
         for name, value in state.items():
             assert torch.equal(value, rank1["optimizer"]["state"][key][name]), (key, name)
+
+
+def test_the_sync_count_skips_the_sync_debug_modes_own_prototype_warning():
+    # The two messages' words as torch 2.11 printed them on an H200: the first use of the mode in a
+    # process warns once that it is a prototype, and that is no sync (it made the first count one too high).
+    prototype = ("Synchronization debug mode is a prototype feature and does not yet detect all synchronizing "
+                 "operations (Triggered internally at /pytorch/c10/cuda/CUDAFunctions.cpp)")
+    sync = "called a synchronizing CUDA operation (Triggered internally at /pytorch/c10/cuda/CUDAFunctions.cpp)"
+    assert not cuda_setup.is_sync_warning(UserWarning(prototype))
+    assert cuda_setup.is_sync_warning(UserWarning(sync))
