@@ -14,6 +14,11 @@ may stop it: the training process gets SIGTERM, checkpoints and exits, and the t
 PRUNED. Settings that are invalid together fail the trial before any training, and a
 training run that fails (non-finite updates, exit code not 0) fails it with the run's last
 error line; the study goes on.
+
+The trial beats every ``--heartbeat`` seconds while its training runs, and while a stopped run
+checkpoints. Should another process have ended the trial meanwhile (it judged the trial's
+heartbeat stale), the next beat or report raises Optuna's UpdateFinishedTrialError, and the
+training run is stopped before it propagates.
 """
 from __future__ import annotations
 
@@ -151,7 +156,7 @@ class TrialRunner:
             while True:
                 alive = child.is_alive()
                 if self._read(trial, run_dir / "metrics.csv", seed, index, done, config.episodes):
-                    self._stop(child)
+                    self._stop(child, trial)
                     self._record(trial, done + [seed])
                     raise optuna.TrialPruned()
                 if not alive:
@@ -161,7 +166,7 @@ class TrialRunner:
                     last_beat = time.monotonic()
                 child.join(POLL_S)
         except BaseException:
-            self._stop(child)
+            self._stop(child, trial)
             raise
         finally:
             os.unlink(config_path)
@@ -198,13 +203,21 @@ class TrialRunner:
                 return True
         return False
 
-    @staticmethod
-    def _stop(child: multiprocessing.process.BaseProcess) -> None:
-        """SIGTERM (the run checkpoints and exits), then SIGKILL if it does not."""
+    def _stop(self, child: multiprocessing.process.BaseProcess, trial: optuna.trial.Trial) -> None:
+        """SIGTERM (the run checkpoints and exits), then SIGKILL if it does not; the trial beats
+        while it waits, so that no other process takes it for stale meanwhile."""
         if child.pid is None or not child.is_alive():
             return
         os.kill(child.pid, signal.SIGTERM)
-        child.join(STOP_WAIT_S)
+        deadline = time.monotonic() + STOP_WAIT_S
+        beating = True
+        while child.is_alive() and time.monotonic() < deadline:
+            child.join(min(self.heartbeat, max(deadline - time.monotonic(), 0.0)))
+            if beating and child.is_alive():
+                try:
+                    beat(self.study, trial._trial_id)
+                except Exception:  # noqa: BLE001 - ended elsewhere, or the storage is away: stop all the same
+                    beating = False
         if child.is_alive():
             child.kill()
             child.join()

@@ -10,12 +10,14 @@ the missing ones. Should two processes queue the same slot at once, the WAITING 
 the lower number is the slot's; the other stays WAITING and never runs.
 
 A running trial beats (user attribute ``heartbeat``, a Unix time) every ``--heartbeat``
-seconds. One silent for :data:`STALE_BEATS` beats (its process was killed) is marked FAIL,
-and so is one whose process was interrupted; such a FAIL has no ``fail_reason`` attribute,
-and its slot is queued again as a new WAITING trial with the same parameters (``retry_of``
-= the failed trial's number), by whichever process looks next. A trial that failed on its
-own (bad settings, non-finite updates) has a ``fail_reason`` and keeps its slot: the study
-goes on without it.
+seconds, and records that interval (``beat_every``) with its first beat. One silent for
+:data:`STALE_BEATS` of its own beats, or of the looking process's if those are longer (its
+process was killed), is marked FAIL, and so is one whose process was interrupted; such a FAIL
+has no ``fail_reason`` attribute, and its slot is queued again as a new WAITING trial with the
+same parameters (``retry_of`` = the failed trial's number), by whichever process looks next.
+A trial that failed on its own (bad settings, non-finite updates) has a ``fail_reason`` and
+keeps its slot: the study goes on without it. Should a process that was only slow find its
+trial failed so, it stops the trial's training and goes on (:mod:`~ppo_lstm.tune.runner`).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from typing import Optional
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-SLOT, RETRY_OF, HEARTBEAT, FAIL_REASON = "slot", "retry_of", "heartbeat", "fail_reason"
+SLOT, RETRY_OF, HEARTBEAT, BEAT_EVERY, FAIL_REASON = "slot", "retry_of", "heartbeat", "beat_every", "fail_reason"
 STALE_BEATS = 6
 
 
@@ -92,22 +94,43 @@ def others_running(study: optuna.Study, n: int) -> bool:
                for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
 
 
-def beat(study: optuna.Study, trial_id: int) -> None:
-    study._storage.set_trial_user_attr(trial_id, HEARTBEAT, time.time())  # noqa: SLF001
+def beat(study: optuna.Study, trial_id: int, every: Optional[float] = None) -> None:
+    """Record that the trial is alive now (and, given ``every``, how many seconds apart its
+    beats are); UpdateFinishedTrialError when another process has ended it meanwhile."""
+    storage = study._storage  # noqa: SLF001
+    if every is not None:
+        storage.set_trial_user_attr(trial_id, BEAT_EVERY, float(every))
+    storage.set_trial_user_attr(trial_id, HEARTBEAT, time.time())
+
+
+def _silent_for(trial: FrozenTrial, now: float) -> float:
+    """Seconds since the trial's last beat (since it started, before its first beat)."""
+    last = trial.user_attrs.get(HEARTBEAT)
+    if isinstance(last, (int, float)):
+        return now - last
+    return now - trial.datetime_start.timestamp() if trial.datetime_start is not None else 0.0
+
+
+def _stale(trial: FrozenTrial, interval: float, now: float) -> bool:
+    every = trial.user_attrs.get(BEAT_EVERY)
+    every = max(interval, every) if isinstance(every, (int, float)) else interval
+    return _silent_for(trial, now) > STALE_BEATS * every
 
 
 def fail_stale(study: optuna.Study, interval: float) -> list[int]:
-    """Mark FAIL every RUNNING trial whose last beat is older than ``STALE_BEATS * interval``
-    seconds (its slot is queued again by :func:`queue_slots`). Returns their numbers."""
+    """Mark FAIL every RUNNING trial silent for more than ``STALE_BEATS`` beats (``interval``
+    seconds each, or the trial's own ``beat_every`` if longer); its slot is queued again by
+    :func:`queue_slots`. Returns their numbers."""
     failed = []
-    now = time.time()
+    storage = study._storage  # noqa: SLF001
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        last = t.user_attrs.get(HEARTBEAT)
-        started = t.datetime_start.timestamp() if t.datetime_start is not None else now
-        if now - (last if isinstance(last, (int, float)) else started) <= STALE_BEATS * interval:
+        if not _stale(t, interval, time.time()):
+            continue
+        latest = storage.get_trial(t._trial_id)  # read again: it may have beaten since the list was read
+        if latest.state != TrialState.RUNNING or not _stale(latest, interval, time.time()):
             continue
         try:
-            if study._storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL):  # noqa: SLF001
+            if storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
                 failed.append(t.number)
         except optuna.exceptions.UpdateFinishedTrialError:
             continue  # another process failed it first

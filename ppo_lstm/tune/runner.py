@@ -5,7 +5,9 @@ settings (the sampler reseeded with ``--sampler-seed + trial number``), runs it
 (:class:`~ppo_lstm.tune.objective.TrialRunner`) and tells the storage how it ended, until no
 slot is left and no other trial runs: while one does, it waits, so the trial of a process that
 was killed is run again once its heartbeat goes stale. Several machines running the same
-command share the slots the same way.
+command share the slots the same way. A trial that another process ended meanwhile (it judged
+the trial's heartbeat stale) is stopped here, its training run too, in one line, and the
+worker goes on with the next slot.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from types import FrameType
 from typing import Optional
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from ..config import TrainConfig
 from ..distributed import resolve_device, world_size_for
@@ -84,35 +86,68 @@ def work(job: Job, worker: int = 0) -> int:
                     return 0
                 time.sleep(tune.heartbeat)  # a killed process's trial comes back once its beat is stale
                 continue
-            beat(study, frozen._trial_id)
-            study.sampler = make_sampler(tune, frozen.number)
-            study.sampler.before_trial(study, frozen)
-            trial = optuna.trial.Trial(study, frozen._trial_id)
-            _run_one(study, trial, runner, frozen.user_attrs[SLOT], worker)
+            run_trial(study, frozen, runner, tune, worker)
     except Interrupted as stop:
         return 128 + (stop.args[0] if stop.args else signal.SIGINT)
 
 
-def _run_one(study: optuna.Study, trial: optuna.trial.Trial, runner: TrialRunner, slot: int, worker: int) -> None:
+def run_trial(study: optuna.Study, frozen: FrozenTrial, runner: TrialRunner, tune: TuneConfig, worker: int) -> None:
+    """Run the trial this process took (:func:`~ppo_lstm.tune.queue.take_slot`), tell the
+    storage how it ended and print one line."""
     tic = time.perf_counter()
+    try:
+        outcome = _run_one(study, frozen, runner, tune)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        outcome = _ended_elsewhere(study, frozen)
+    print(f"trial {frozen.number} (slot {frozen.user_attrs[SLOT]}, process {worker}): {outcome} "
+          f"[{time.perf_counter() - tic:.1f} s]", flush=True)
+
+
+def _run_one(study: optuna.Study, frozen: FrozenTrial, runner: TrialRunner, tune: TuneConfig) -> str:
+    """How the trial ended; UpdateFinishedTrialError when another process ended it first."""
+    beat(study, frozen._trial_id, tune.heartbeat)
+    study.sampler = make_sampler(tune, frozen.number)
+    study.sampler.before_trial(study, frozen)
+    trial = optuna.trial.Trial(study, frozen._trial_id)
     try:
         value = runner.run(trial)
     except optuna.TrialPruned:
-        study.tell(trial, state=TrialState.PRUNED)
-        outcome = "pruned"
+        _tell(study, trial, state=TrialState.PRUNED)
+        return "pruned"
     except TrialFailed as err:
         trial.set_user_attr(FAIL_REASON, str(err))
-        study.tell(trial, state=TrialState.FAIL)
-        outcome = f"failed: {err}"
+        _tell(study, trial, state=TrialState.FAIL)
+        return f"failed: {err}"
     except Interrupted:
-        study.tell(trial, state=TrialState.FAIL)  # no fail_reason: its slot is queued again
+        try:
+            _tell(study, trial, state=TrialState.FAIL)  # no fail_reason: its slot is queued again
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass  # already ended elsewhere: its slot is queued again all the same
         print(f"trial {trial.number}: interrupted; its slot is queued again", flush=True)
         raise
-    else:
-        study.tell(trial, value)
-        outcome = f"score {value:.4g}"
-    print(f"trial {trial.number} (slot {slot}, process {worker}): {outcome} "
-          f"[{time.perf_counter() - tic:.1f} s]", flush=True)
+    _tell(study, trial, value)
+    return f"score {value:.4g}"
+
+
+def _tell(study: optuna.Study, trial: optuna.trial.Trial, value: Optional[float] = None,
+          state: Optional[TrialState] = None) -> None:
+    """``study.tell``; UpdateFinishedTrialError (not Optuna's ValueError) when the trial was
+    ended elsewhere before this."""
+    try:
+        study.tell(trial, value, state=state)
+    except ValueError:
+        if study._storage.get_trial(trial._trial_id).state.is_finished():  # noqa: SLF001
+            raise optuna.exceptions.UpdateFinishedTrialError(f"trial {trial.number} has already finished") \
+                from None
+        raise
+
+
+def _ended_elsewhere(study: optuna.Study, frozen: FrozenTrial) -> str:
+    ended = study._storage.get_trial(frozen._trial_id)  # noqa: SLF001
+    if ended.state == TrialState.FAIL and FAIL_REASON not in ended.user_attrs:
+        return ("stopped: another process marked the trial failed, its heartbeat looking stale; "
+                "its slot is queued again")
+    return f"stopped: another process ended the trial ({ended.state.name})"
 
 
 def run_jobs(job: Job) -> int:

@@ -5,6 +5,14 @@
 ``sqlite:///<out>/study.db``. SQLite waits up to :data:`SQLITE_BUSY_TIMEOUT_S` for a lock
 (several ``--jobs`` processes), so a busy database delays a process instead of failing it.
 
+Optuna's RDBStorage makes its read-check-write updates atomic with ``SELECT ... FOR UPDATE``
+(a trial moves from WAITING to RUNNING for one process only; a finished trial is never
+updated again), which SQLite ignores; and SQLite's driver begins a transaction only at the
+first write, after the check. Two processes could then both read a slot's trial WAITING and
+both move it to RUNNING, and run the same trial at once. On SQLite every transaction of the
+storage therefore begins ``IMMEDIATE`` (:func:`_serialize_sqlite`): it holds the database's
+write lock from its first read, so those updates are atomic there too.
+
 :func:`open_study` creates the study or loads it. Two processes that create the same study at
 the same moment race (one may get an ``IntegrityError`` from the database, or Optuna's
 ``DuplicatedStudyError``; a ``CREATE TYPE`` or ``CREATE TABLE`` of Optuna's schema that the
@@ -64,7 +72,26 @@ def make_storage(url: str) -> BaseStorage:
     engine: dict[str, Any] = {"pool_pre_ping": True}
     if url.startswith("sqlite"):
         engine["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}
+        return _retry(lambda: _serialize_sqlite(RDBStorage(url, engine_kwargs=engine)), url)
     return _retry(lambda: RDBStorage(url, engine_kwargs=engine), url)
+
+
+def _serialize_sqlite(storage: RDBStorage) -> RDBStorage:
+    """Begin each of ``storage``'s transactions with ``BEGIN IMMEDIATE`` (SQLAlchemy's recipe for
+    pysqlite: the driver's own implicit BEGIN is turned off), so a transaction that reads a
+    trial's state before updating it holds the write lock from that read on."""
+    from sqlalchemy import event
+
+    @event.listens_for(storage.engine, "connect")
+    def _no_driver_begin(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(storage.engine, "begin")
+    def _begin_immediate(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    storage.engine.dispose()  # the connections Optuna opened to create its tables predate the listeners
+    return storage
 
 
 def _retry(make: Any, url: str, attempts: int = 8) -> Any:
