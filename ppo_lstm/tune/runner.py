@@ -43,6 +43,9 @@ class Job:
     periods_per_year: float
 
 
+IDLE_POLL_S = 1.0  # how often a process with no free slot looks again while other trials run
+
+
 def make_sampler(tune: TuneConfig, number: int) -> optuna.samplers.BaseSampler:
     seed = tune.sampler_seed + number
     if tune.sampler == "random":
@@ -84,7 +87,9 @@ def work(job: Job, worker: int = 0) -> int:
             if frozen is None:
                 if not others_running(study, tune.trials):
                     return 0
-                time.sleep(tune.heartbeat)  # a killed process's trial comes back once its beat is stale
+                # A killed process's trial comes back once its beat is stale; a trial that ends
+                # lets this process return within a second.
+                time.sleep(min(tune.heartbeat, IDLE_POLL_S))
                 continue
             run_trial(study, frozen, runner, tune, worker)
     except Interrupted as stop:
