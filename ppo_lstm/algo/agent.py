@@ -86,10 +86,14 @@ class RecurrentActorCritic(nn.Module):
             logits ``[T, B, A]``, values ``[T, B]`` and the final state ``(h, c)``.
 
         The LSTM runs over each stretch between episode boundaries in one call; it
-        only splits the sequence at time steps where some env starts an episode.
+        only splits the sequence at time steps where some env starts an episode. The
+        encoder and heads are called as functions (the modules' own kernels, bit for bit).
         """
         steps, batch, _ = obs.shape
-        features = self.encoder(obs.reshape(steps * batch, -1)).reshape(steps, batch, -1)
+        first, second = self.encoder[0], self.encoder[2]
+        flat = obs.reshape(steps * batch, -1)
+        features = torch.tanh(F.linear(torch.tanh(F.linear(flat, first.weight, first.bias)), second.weight,
+                                       second.bias)).reshape(steps, batch, -1)
         h, c = state
         keep = 1.0 - episode_starts.to(features.dtype)  # [T, B]
         if boundaries is None:
@@ -101,20 +105,27 @@ class RecurrentActorCritic(nn.Module):
             out, (h, c) = run_lstm(features[start:end], (h * mask, c * mask))
             outputs.append(out)
         hidden = torch.cat(outputs) if len(outputs) > 1 else outputs[0]  # [T, B, H]
-        return self.policy_head(hidden), self.value_head(hidden).squeeze(-1), (h, c)
+        policy, value = self.policy_head, self.value_head
+        return (F.linear(hidden, policy.weight, policy.bias), F.linear(hidden, value.weight, value.bias).squeeze(-1),
+                (h, c))
 
     def _lstm_runner(self, features: Tensor) -> Callable[[Tensor, LSTMState], tuple[Tensor, LSTMState]]:
-        """How the LSTM runs on ``features``' device: :attr:`lstm` itself, or, under
+        """How the LSTM runs on ``features``' device: the op :attr:`lstm` itself calls, on its own
+        weights (without the module's per-call Python; bit for bit the module's result), or, under
         ``torch.autocast``, explicitly in the autocast dtype (bfloat16 with ``--autocast bf16``).
 
         Left to autocast, cuDNN's RNN rule casts the LSTM to float16, whatever dtype the
         autocast region asks for, and the update has no gradient scaler. The explicit call is bit
         for bit the module's LSTM cast to that dtype (tests/distributed/test_gpu_readiness.py)."""
         device_type = features.device.type
-        if not torch.is_autocast_enabled(device_type):
-            return self.lstm
-        dtype = torch.get_autocast_dtype(device_type)
         lstm = self.lstm
+        if not torch.is_autocast_enabled(device_type):
+            def run_module(x: Tensor, state: LSTMState) -> tuple[Tensor, LSTMState]:
+                out, h, c = torch.lstm(x, state, lstm._flat_weights, lstm.bias, lstm.num_layers, lstm.dropout,
+                                       lstm.training, lstm.bidirectional, lstm.batch_first)
+                return out, (h, c)
+            return run_module
+        dtype = torch.get_autocast_dtype(device_type)
         weights = [w.to(dtype) for w in lstm._flat_weights]  # cast once per forward, as autocast's cache does
 
         def run(x: Tensor, state: LSTMState) -> tuple[Tensor, LSTMState]:

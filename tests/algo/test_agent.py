@@ -68,6 +68,34 @@ def test_segmented_replay_equals_a_step_by_step_loop():
     assert torch.allclose(full_state[0], s[0], atol=1e-6)
 
 
+def test_forward_is_bitwise_the_modules_own_calls():
+    """forward calls the layers as functions and the LSTM op directly: the same values and
+    gradients, bit for bit, as calling the encoder, nn.LSTM and the heads as modules."""
+    torch.manual_seed(3)
+    agent = RecurrentActorCritic(obs_dim=5, num_actions=3, hidden_size=16, lstm_size=16)
+    obs, starts = torch.randn(12, 4, 5), torch.zeros(12, 4)
+    starts[0], starts[5, 1], starts[9, :] = 1, 1, 1
+    h0, c0 = torch.randn(1, 4, 16), torch.randn(1, 4, 16)
+
+    def by_modules():
+        features = agent.encoder(obs.reshape(48, 5)).reshape(12, 4, 16)
+        keep, (h, c), outs = 1.0 - starts, (h0, c0), []
+        for a, b in ((0, 5), (5, 9), (9, 12)):
+            out, (h, c) = agent.lstm(features[a:b], (h * keep[a].view(1, 4, 1), c * keep[a].view(1, 4, 1)))
+            outs.append(out)
+        hidden = torch.cat(outs)
+        return agent.policy_head(hidden), agent.value_head(hidden).squeeze(-1), h, c
+
+    results = []
+    for run in (lambda: agent(obs, (h0, c0), starts), by_modules):
+        agent.zero_grad()
+        out = run()
+        logits, values, h, c = out if len(out) == 4 else (out[0], out[1], *out[2])
+        (logits.square().sum() + values.sum() + h.sum() + c.sum()).backward()
+        results.append([logits, values, h, c] + [p.grad.clone() for p in agent.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*results))
+
+
 def test_step_equals_forward_one_step_at_a_time_with_resets():
     """The rollout's one-step path (lstm_cell) gives forward's logits, values and state."""
     torch.manual_seed(2)

@@ -71,3 +71,29 @@ def test_gathered_packs_every_field_into_one_collective_and_back():
         assert got.shape == (ours.shape[0], 2 * N, *ours.shape[2:]) and got.is_contiguous(), name
         assert torch.equal(got[:, :N], ours) and torch.equal(got[:, N:], ours + 100.0), name
     assert torch.equal(batch.unpacked(batch.packed()).obs, batch.obs)  # one worker: unchanged
+
+
+def _gae_torch_loop(rewards, values, starts, next_value, next_start, gamma, lam):
+    """The recursion as torch operations, step by step (what compute_gae did before its NumPy path)."""
+    not_done = 1.0 - torch.cat([starts[1:], next_start[None]])
+    deltas = rewards + gamma * torch.cat([values[1:], next_value[None]]) * not_done - values
+    decay = gamma * lam * not_done
+    out, last = torch.empty_like(rewards), torch.zeros_like(next_value)
+    for t in reversed(range(rewards.shape[0])):
+        last = deltas[t] + decay[t] * last
+        out[t] = last
+    return out
+
+
+@pytest.mark.parametrize("steps,envs", [(16, 8), (128, 8), (1, 3), (7, 2)])
+def test_gae_on_the_cpu_is_bitwise_the_torch_recursion(steps, envs):
+    gen = torch.Generator().manual_seed(steps * envs)
+    for trial in range(50):
+        scale = 10.0 ** (trial % 9 - 6)  # rewards from 1e-6 to 1e2
+        rewards = torch.randn(steps, envs, generator=gen) * scale
+        values = torch.randn(steps, envs, generator=gen)
+        starts = (torch.rand(steps, envs, generator=gen) < 0.1).float()
+        next_value, next_start = torch.randn(envs, generator=gen), (torch.rand(envs, generator=gen) < 0.1).float()
+        for gamma, lam in ((0.99, 0.95), (0.9, 0.8), (1.0, 1.0)):
+            assert torch.equal(compute_gae(rewards, values, starts, next_value, next_start, gamma, lam),
+                               _gae_torch_loop(rewards, values, starts, next_value, next_start, gamma, lam))
