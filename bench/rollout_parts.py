@@ -13,8 +13,8 @@ LSTM 64), and the project's own ``RolloutCollector`` and agent. It times:
 * **collect()** itself, uninstrumented, alternating with the timed copy (the clock's cost);
 * **finish()** per rollout (the last rewards, the bootstrap value, GAE, the hand-over copies);
 * **alternation**: the env step in a loop of env steps alone (random actions) and the
-  policy step (``agent.step``, sampling, log-prob, ``buffer.add``) in a loop of policy
-  steps alone, against the two alternating in one loop (the policy's actions to the env,
+  step's torch work (``agent.step``, sampling, log-prob, ``buffer.add``: :func:`policy_step`)
+  in a loop of it alone, against the two alternating in one loop (the policy's actions to the env,
   the env's observations staged for the policy), the three loops interleaved window by window.
 
 A window is one rollout (T policy steps of the N envs); every figure is per policy step
@@ -164,7 +164,7 @@ def measure(config: TrainConfig, windows: int) -> dict[str, dict[str, dict[str, 
         c.finish()
         finish.append((clock() - tic) / 1e3)
 
-    alt = {k: [] for k in ("env step alone", "env step alternating", "policy step alone", "policy step alternating")}
+    alt = {k: [] for k in ("env step alone", "env step alternating", "torch work alone", "torch work alternating")}
     envs = {mode: make_collector(config) for mode in ("env", "policy", "both")}
     rng = np.random.default_rng(0)
     for _ in range(windows):
@@ -174,7 +174,7 @@ def measure(config: TrainConfig, windows: int) -> dict[str, dict[str, dict[str, 
             if mode != "policy":
                 alt["env step alone" if mode == "env" else "env step alternating"].append(env_ns / T / 1e3)
             if mode != "env":
-                alt["policy step alone" if mode == "policy" else "policy step alternating"].append(policy_ns / T / 1e3)
+                alt["torch work alone" if mode == "policy" else "torch work alternating"].append(policy_ns / T / 1e3)
     empty = []
     for _ in range(10_000):
         tic = clock()
@@ -195,12 +195,14 @@ def main() -> None:
     steps = steps_per_env(config)
     headings = {"parts": f"rollout step's parts, in collect()'s order (us per policy step of {config.num_envs} envs)",
                 "finish": "per rollout (us)",
-                "alternation": f"alternation (us per policy step of {config.num_envs} envs)",
+                "alternation": f"alternation (us per policy step of {config.num_envs} envs; torch work: policy step, "
+                               "sampling, log-prob, buffer writes)",
                 "clock": "the clock (us)"}
+    width = max(map(len, headings.values()))
     for group, rows in result.items():
-        print(f"{headings[group]:<84}{'min':>9}{'median':>9}")
+        print(f"{headings[group]:<{width}}{'min':>9}{'median':>9}")
         for name, v in rows.items():
-            print(f"  {name:<82}{v['min']:>9.1f}{v['median']:>9.1f}")
+            print(f"  {name:<{width - 2}}{v['min']:>9.1f}{v['median']:>9.1f}")
     print(f"{args.windows} windows of each kind (a window: one rollout of T = {steps} policy steps of "
           f"{config.num_envs} envs); min = quickest window, one thread")
     print(json.dumps({"bench": "rollout_parts", "threads": 1, "windows": args.windows, "envs": config.num_envs,

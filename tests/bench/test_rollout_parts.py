@@ -30,6 +30,6 @@ def test_the_timed_copy_of_collect_is_bitwise_the_real_one():
 def test_measure_reports_every_row():
     result = measure(TrainConfig(progress=False), windows=2)
     assert set(result["parts"]) == {*PARTS, "rest", "timed window", "collect()"}
-    assert set(result["alternation"]) == {"env step alone", "env step alternating", "policy step alone",
-                                          "policy step alternating"}
+    assert set(result["alternation"]) == {"env step alone", "env step alternating", "torch work alone",
+                                          "torch work alternating"}
     assert all(v["min"] <= v["median"] for group in result.values() for v in group.values())
