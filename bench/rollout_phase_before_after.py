@@ -72,7 +72,6 @@ def windows(versions: dict[str, dict[str, Any]], steps_per_env: int, count: int,
         for v, rollout in collectors.items():
             tic = time.perf_counter()
             rollout.collect(update)
-            mid = time.perf_counter()
             rollout.finish()
             end = time.perf_counter()
             best[v, "rollout"] = min(best[v, "rollout"], end - tic)
