@@ -7,13 +7,31 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 LSTMState = tuple[Tensor, Tensor]
+
+
+class StepWeights(NamedTuple):
+    """The tensors :meth:`RecurrentActorCritic.step` reads (the module's own parameters, not
+    copies), fetched once: each attribute of an ``nn.Module`` is a Python-level lookup."""
+
+    encoder_1: Tensor  # [hidden, D]
+    encoder_1_bias: Tensor
+    encoder_2: Tensor  # [hidden, hidden]
+    encoder_2_bias: Tensor
+    lstm_ih: Tensor  # [4H, hidden]
+    lstm_hh: Tensor  # [4H, H]
+    lstm_ih_bias: Tensor
+    lstm_hh_bias: Tensor
+    policy: Tensor  # [A, H]
+    policy_bias: Tensor
+    value: Tensor  # [1, H]
+    value_bias: Tensor
 
 
 def sequence_boundaries(episode_starts: Tensor) -> list[int]:
@@ -137,27 +155,35 @@ class RecurrentActorCritic(nn.Module):
             return out, (h, c)
         return run
 
+    def step_weights(self) -> StepWeights:
+        """The parameters :meth:`step` uses, for callers that step many times in a row (a
+        rollout). They are the parameters themselves: an in-place update shows through, but a
+        parameter replaced by a new tensor does not, so fetch them again after any such change."""
+        first, second, lstm = self.encoder[0], self.encoder[2], self.lstm
+        return StepWeights(first.weight, first.bias, second.weight, second.bias, lstm.weight_ih_l0,
+                           lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0, self.policy_head.weight,
+                           self.policy_head.bias, self.value_head.weight, self.value_head.bias)
+
     def step(self, obs: Tensor, state: LSTMState, episode_starts: Tensor,
-             any_start: Optional[bool] = None) -> tuple[Tensor, Tensor, LSTMState]:
+             any_start: Optional[bool] = None,
+             weights: Optional[StepWeights] = None) -> tuple[Tensor, Tensor, LSTMState]:
         """One time step of B envs: :meth:`forward` with ``T = 1``, for the rollout and backtests.
 
         Args: ``obs`` ``[B, D]``; ``state`` ``(h, c)``, each ``[1, B, H]``; ``episode_starts``
         ``[B]``; ``any_start``: whether any of them is 1, when the caller knows it on the host
-        (False skips the state's reset, a multiplication by 1). Returns logits ``[B, A]``,
-        values ``[B]`` and the new state. The LSTM is stepped with ``torch.lstm_cell`` on its
-        own weights, and the layers are called as functions (the same kernels as the modules,
-        without their per-call Python): several times cheaper per step than ``nn.LSTM`` on
-        the CPU, and equal to :meth:`forward` up to float rounding.
+        (False skips the state's reset, a multiplication by 1); ``weights``: this module's
+        :meth:`step_weights`, when the caller holds them (default: fetched here). Returns logits
+        ``[B, A]``, values ``[B]`` and the new state. The LSTM is stepped with ``torch.lstm_cell``
+        on its own weights, and the layers are called as functions (the same kernels as the
+        modules, without their per-call Python): several times cheaper per step than ``nn.LSTM``
+        on the CPU, and equal to :meth:`forward` up to float rounding.
         """
+        w = self.step_weights() if weights is None else weights
         h, c = state[0][0], state[1][0]  # [B, H]
         if any_start is not False:
             keep = (1.0 - episode_starts.to(obs.dtype)).view(-1, 1)  # [B, 1]
             h, c = h * keep, c * keep
-        first, second = self.encoder[0], self.encoder[2]
-        features = torch.tanh(F.linear(torch.tanh(F.linear(obs, first.weight, first.bias)), second.weight, second.bias))
-        lstm = self.lstm
-        h, c = torch.lstm_cell(features, (h, c), lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0,
-                               lstm.bias_hh_l0)
-        policy, value = self.policy_head, self.value_head
-        return (F.linear(h, policy.weight, policy.bias), F.linear(h, value.weight, value.bias)[:, 0],
-                (h[None], c[None]))
+        features = torch.tanh(F.linear(torch.tanh(F.linear(obs, w.encoder_1, w.encoder_1_bias)), w.encoder_2,
+                                       w.encoder_2_bias))  # [B, hidden]
+        h, c = torch.lstm_cell(features, (h, c), w.lstm_ih, w.lstm_hh, w.lstm_ih_bias, w.lstm_hh_bias)
+        return (F.linear(h, w.policy, w.policy_bias), F.linear(h, w.value, w.value_bias)[:, 0], (h[None], c[None]))

@@ -36,20 +36,27 @@ NON_FINITE_ADVICE = ("lower --learning-rate-actor/--learning-rate-critic or --ma
 def sample_actions(logits: Tensor, generator: torch.Generator, check_on_device: bool, update: int) -> tuple[Tensor,
                                                                                                         np.ndarray]:
     """Sample one action per env from ``logits`` ``[N, A]``: ``(actions on the device [N],
-    the same on the host [N])``; a :class:`TrainingError` if any logit is not finite.
+    the same on the host [N])``; a :class:`TrainingError` if a probability is not finite.
 
-    On the CPU, ``torch.multinomial`` itself rejects inf/NaN probabilities, so the hot path
-    needs no extra check. On a GPU that check is a device-side assert that leaves the CUDA
+    On the CPU the draw is ``torch.multinomial(probs, 1)``'s own, bit for bit and with the
+    same use of ``generator``: the index of the largest ``probs / q``, ``q ~ Exp(1)`` (the
+    exponential race), made in four ops (``empty_like``, ``exponential_``, ``div``, ``argmax``)
+    where ``torch.multinomial`` makes about thirty, most of them checks of its input. The one
+    check that can fail on a softmax (a non-finite probability, from a NaN or +inf logit) is
+    made on the host, in NumPy, where it costs no torch op.
+
+    On a GPU, ``torch.multinomial``'s check is a device-side assert that leaves the CUDA
     context unusable, so there (``check_on_device``) finiteness is tested on the device, a
     non-finite policy samples from uniform stand-in logits instead (never sent to the envs),
     and the flag comes back in the same device -> host copy as the actions.
     """
     if not check_on_device:
-        try:
-            actions = torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
-        except RuntimeError as err:
-            raise TrainingError(f"the policy gave non-finite outputs after update {update} ({err}); "
-                                f"{NON_FINITE_ADVICE}") from None
+        probs = logits.softmax(-1)  # [N, A]
+        if not np.isfinite(probs.numpy()).all():
+            raise TrainingError(f"the policy gave non-finite outputs after update {update} (a probability "
+                                f"is NaN or infinite); {NON_FINITE_ADVICE}")
+        race = torch.empty_like(probs).exponential_(1.0, generator=generator)  # [N, A]
+        actions = torch.div(probs, race, out=race).argmax(-1)  # [N]
         return actions, actions.numpy()
     finite = torch.isfinite(logits).all()
     safe = torch.where(finite, logits, torch.zeros_like(logits))
@@ -105,14 +112,15 @@ class RolloutCollector:
         self.buffer.initial_h.copy_(self.lstm_state[0])
         self.buffer.initial_c.copy_(self.lstm_state[1])
         stage.put_inputs(self.obs, self.episode_start)
+        weights = self.agent.step_weights()  # fetched once: the parameters do not change in a rollout
         for t in range(self.steps):
             stage.upload()
             with torch.no_grad():
                 if t > 0:
                     self._store_rewards(t - 1)
                 obs, starts = stage.obs, stage.starts  # [N, D], [N]
-                logits, values, self.lstm_state = self.agent.step(obs, self.lstm_state, starts,
-                                                                  bool(self.episode_start.any()))  # [N, A], [N]
+                logits, values, self.lstm_state = self.agent.step(
+                    obs, self.lstm_state, starts, bool(self.episode_start.any()), weights)  # [N, A], [N]
                 actions, host_actions = sample_actions(logits, self.sample_generator, self.check_on_device, update)
                 log_probs = logits.log_softmax(-1).gather(-1, actions[:, None])[:, 0]  # [N]
                 self.buffer.add(t, obs, starts, actions, log_probs, values)

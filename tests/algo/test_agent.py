@@ -132,6 +132,27 @@ def test_step_told_no_env_starts_is_bitwise_the_masked_step():
     assert not torch.allclose(reset[0][0], fresh[0][0], atol=1e-6)
 
 
+def test_step_with_held_weights_is_bitwise_the_plain_step_and_sees_in_place_updates():
+    """A rollout fetches :meth:`step_weights` once: the same outputs bit for bit, and the
+    optimizer's in-place steps show through them (they are the parameters, not copies)."""
+    torch.manual_seed(4)
+    agent = RecurrentActorCritic(obs_dim=5, num_actions=3, hidden_size=8, lstm_size=8)
+    held = agent.step_weights()
+    assert len(held) == len(list(agent.parameters()))
+    assert {id(t) for t in held} == {id(p) for p in agent.parameters()}
+    obs, state, starts = torch.randn(4, 5), (torch.randn(1, 4, 8), torch.randn(1, 4, 8)), torch.tensor([0., 1, 0, 0])
+    optimizer = torch.optim.Adam(agent.parameters(), lr=0.1)
+    for _ in range(2):
+        with torch.no_grad():
+            plain = agent.step(obs, state, starts)
+            with_held = agent.step(obs, state, starts, weights=held)
+        assert all(torch.equal(a, b) for a, b in zip((*plain[:2], *plain[2]), (*with_held[:2], *with_held[2])))
+        agent(obs[None], state, starts[None])[0].sum().backward()
+        optimizer.step()
+    with torch.no_grad():
+        assert not torch.equal(agent.step(obs, state, starts)[0], plain[0])  # the update changed the outputs
+
+
 def test_replay_from_stored_state_reproduces_rollout_log_probs(tmp_path):
     """The first minibatch of an update sees ratio 1: replaying each env sequence from
     the stored initial (h, c) with done-masking gives the rollout's log-probs."""
