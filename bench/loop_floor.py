@@ -5,8 +5,9 @@ regime market's obs and actions) and batch, at two configurations (``defaults``:
 16 steps; ``matched``: 8 envs x 128 steps; both 4 epochs x 4 minibatches), it times:
 
 * **rollout floor**: one policy step of the 8 envs in bare PyTorch calls on the same
-  weights, under ``no_grad``: encoder, ``torch.lstm_cell``, both heads, softmax sampling
-  (``torch.multinomial``), the log-prob, and the copy of the step into a ``[T, N]`` buffer;
+  weights (held in locals), under ``no_grad``: encoder, ``torch.lstm_cell``, both heads,
+  softmax sampling (``torch.multinomial``'s draw in its four ops, as the trainer makes it),
+  the log-prob, and the copy of the step into a ``[T, N]`` buffer;
 * **env step**: one ``VectorTradingEnv.step`` of the 8 envs with random actions (NumPy,
   not PyTorch: the trainer's rollout pays it too, so the rollout floor adds it);
 * **gradient floor**: one minibatch step: the forward over the minibatch's sequences
@@ -76,15 +77,21 @@ def train_config(steps_per_env: int, total_steps: int, tmp: str) -> TrainConfig:
 
 
 def rollout_floor(config: TrainConfig, steps: int, rounds: int = 20) -> float:
-    """Seconds per policy step of N envs, bare PyTorch (minimum over ``rounds`` rollouts of ``steps``)."""
+    """Seconds per policy step of N envs, bare PyTorch (minimum over ``rounds`` rollouts of ``steps``).
+
+    The weights are held in locals (no module attribute lookups in the loop), and the draw is
+    ``torch.multinomial``'s own in its four ops (an empty tensor, ``exponential_``, ``div``,
+    ``argmax``: bit for bit multinomial's, without its input checks), the cheapest way known here."""
     agent = build_agent(config)
     e1, e2 = agent.encoder[0], agent.encoder[2]
     lstm, pol, val = agent.lstm, agent.policy_head, agent.value_head
+    w1, b1, w2, b2, pw, pb, vw, vb = e1.weight, e1.bias, e2.weight, e2.bias, pol.weight, pol.bias, val.weight, val.bias
+    wih, whh, bih, bhh = lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0
     n, d = NUM_ENVS, config.env.obs_dim
     gen = torch.Generator().manual_seed(0)
     obs = torch.randn(n, d)
     starts = torch.zeros(n)
-    buf = {k: torch.zeros(steps, n) for k in ("actions", "log_probs", "values", "starts")}
+    buf_actions, buf_log_probs, buf_values, buf_starts = (torch.zeros(steps, n) for _ in range(4))
     buf_obs = torch.zeros(steps, n, d)
     best = float("inf")
     with torch.no_grad():
@@ -92,18 +99,19 @@ def rollout_floor(config: TrainConfig, steps: int, rounds: int = 20) -> float:
             h, c = torch.zeros(n, SIZE), torch.zeros(n, SIZE)
             tic = time.perf_counter()
             for t in range(steps):
-                x = torch.tanh(F.linear(torch.tanh(F.linear(obs, e1.weight, e1.bias)), e2.weight, e2.bias))
-                h, c = torch.lstm_cell(x, (h, c), lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0,
-                                       lstm.bias_hh_l0)
-                logits = F.linear(h, pol.weight, pol.bias)
-                value = F.linear(h, val.weight, val.bias)
-                action = torch.multinomial(logits.softmax(-1), 1, generator=gen)
+                x = torch.tanh(F.linear(torch.tanh(F.linear(obs, w1, b1)), w2, b2))
+                h, c = torch.lstm_cell(x, (h, c), wih, whh, bih, bhh)
+                logits = F.linear(h, pw, pb)
+                value = F.linear(h, vw, vb)
+                probs = logits.softmax(-1)
+                race = torch.empty_like(probs).exponential_(1.0, generator=gen)
+                action = torch.div(probs, race, out=race).argmax(-1, keepdim=True)
                 log_prob = logits.log_softmax(-1).gather(-1, action)
                 buf_obs[t] = obs
-                buf["starts"][t] = starts
-                buf["actions"][t] = action[:, 0]
-                buf["log_probs"][t] = log_prob[:, 0]
-                buf["values"][t] = value[:, 0]
+                buf_starts[t] = starts
+                buf_actions[t] = action[:, 0]
+                buf_log_probs[t] = log_prob[:, 0]
+                buf_values[t] = value[:, 0]
                 action.numpy()  # the actions the envs get
             best = min(best, (time.perf_counter() - tic) / steps)
     return best
