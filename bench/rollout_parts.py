@@ -15,7 +15,11 @@ LSTM 64), and the project's own ``RolloutCollector`` and agent. It times:
 * **alternation**: the env step in a loop of env steps alone (random actions) and the
   step's torch work (``agent.step``, sampling, log-prob, ``buffer.add``: :func:`policy_step`)
   in a loop of it alone, against the two alternating in one loop (the policy's actions to the env,
-  the env's observations staged for the policy), the three loops interleaved window by window.
+  the env's observations staged for the policy), the three loops interleaved window by window;
+* **alternation controls**: the env step alternating with other work instead of the policy's
+  torch work: one small torch op repeated, a sweep over 4 MiB of NumPy data, and Python
+  arithmetic (:func:`control_works`), in the same interleaving. Which kind of work slows the
+  env step that follows it tells what the alternation costs (code, data, or neither).
 
 A window is one rollout (T policy steps of the N envs); every figure is per policy step
 of the N envs (a part's time over the window / T), the quickest window (the least
@@ -45,6 +49,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ppo_lstm.algo.agent import StepWeights  # noqa: E402
 from ppo_lstm.algo.episodes import EPISODE_FIELDS, episode_records  # noqa: E402
 from ppo_lstm.algo.rollout import RolloutCollector, sample_actions  # noqa: E402
 from ppo_lstm.config import TrainConfig, steps_per_env  # noqa: E402
@@ -71,6 +76,7 @@ def timed_collect(c: RolloutCollector, update: int, ns: dict[str, int]) -> np.nd
     c.buffer.initial_h.copy_(c.lstm_state[0])
     c.buffer.initial_c.copy_(c.lstm_state[1])
     stage.put_inputs(c.obs, c.episode_start)
+    weights = c.agent.step_weights()
     for t in range(c.steps):
         stage.upload()
         with torch.no_grad():
@@ -79,7 +85,8 @@ def timed_collect(c: RolloutCollector, update: int, ns: dict[str, int]) -> np.nd
                 c._store_rewards(t - 1)
             t1 = clock()
             obs, starts = stage.obs, stage.starts
-            logits, values, c.lstm_state = c.agent.step(obs, c.lstm_state, starts, bool(c.episode_start.any()))
+            logits, values, c.lstm_state = c.agent.step(obs, c.lstm_state, starts, bool(c.episode_start.any()),
+                                                        weights)
             t2 = clock()
             actions, host_actions = sample_actions(logits, c.sample_generator, c.check_on_device, update)
             t3 = clock()
@@ -103,13 +110,14 @@ def timed_collect(c: RolloutCollector, update: int, ns: dict[str, int]) -> np.nd
     return out
 
 
-def policy_step(c: RolloutCollector, t: int) -> np.ndarray:
+def policy_step(c: RolloutCollector, t: int, weights: StepWeights) -> np.ndarray:
     """The rollout step's torch work as ``collect`` does it (agent.step, sampling, log-prob,
-    buffer.add) on the staged inputs; the host actions."""
+    buffer.add) on the staged inputs, with the rollout's ``weights``; the host actions."""
     stage = c.staging
     with torch.no_grad():
         obs, starts = stage.obs, stage.starts
-        logits, values, c.lstm_state = c.agent.step(obs, c.lstm_state, starts, bool(c.episode_start.any()))
+        logits, values, c.lstm_state = c.agent.step(obs, c.lstm_state, starts, bool(c.episode_start.any()),
+                                                    weights)
         actions, host_actions = sample_actions(logits, c.sample_generator, c.check_on_device, 0)
         log_probs = logits.log_softmax(-1).gather(-1, actions[:, None])[:, 0]
         c.buffer.add(t, obs, starts, actions, log_probs, values)
@@ -120,10 +128,11 @@ def alternation_window(c: RolloutCollector, mode: str, actions: np.ndarray) -> t
     """One window of T steps: (env-step ns, policy-step ns) summed. ``mode``: "env" (env steps
     alone, ``actions`` [T, N]), "policy" (policy steps alone) or "both" (alternating)."""
     env_ns = policy_ns = 0
+    weights = c.agent.step_weights()
     for t in range(c.steps):
         if mode != "env":
             tic = clock()
-            host_actions = policy_step(c, t)
+            host_actions = policy_step(c, t, weights)
             policy_ns += clock() - tic
         if mode != "policy":
             step_actions = actions[t] if mode == "env" else host_actions
@@ -135,6 +144,44 @@ def alternation_window(c: RolloutCollector, mode: str, actions: np.ndarray) -> t
             c.episode_start = np.zeros_like(c.episode_start)
         c.staging.put_inputs(c.obs, c.episode_start)  # untimed: the policy's next inputs
     return env_ns, policy_ns
+
+
+def control_works() -> dict[str, Callable[[], object]]:
+    """Work of other kinds to alternate with the env step, each about as long as the policy
+    step's torch work or less: which kind slows the env step that follows it?"""
+    x = torch.randn(8, 64)
+    sweep = [np.zeros(64 * 1024) for _ in range(8)]  # 8 x 512 KiB: 4 MiB of float64, more than a core's L2
+
+    def one_torch_op() -> None:  # the same small torch op 60 times: little code, the dispatcher's path warm
+        for _ in range(60):
+            torch.add(x, x)
+
+    def numpy_sweep() -> None:  # data: every cache line of 4 MiB read and written
+        for a in sweep:
+            a += 1.0
+
+    def python_work() -> None:  # the interpreter alone
+        total = 0
+        for i in range(6000):
+            total += i
+
+    return {"one torch op x60": one_torch_op, "a 4 MiB NumPy sweep": numpy_sweep, "Python arithmetic": python_work}
+
+
+def control_window(c: RolloutCollector, work: Callable[[], object], actions: np.ndarray) -> tuple[int, int]:
+    """One window of T env steps (``actions`` [T, N]), each after one call of ``work``:
+    (env-step ns, work ns) summed."""
+    env_ns = work_ns = 0
+    for t in range(c.steps):
+        tic = clock()
+        work()
+        work_ns += clock() - tic
+        tic = clock()
+        c.obs, _, terminated, truncated, _ = c.env.step(actions[t])
+        env_ns += clock() - tic
+        c.episode_start = terminated | truncated
+        c.staging.put_inputs(c.obs, c.episode_start)
+    return env_ns, work_ns
 
 
 def quick_and_median(samples: list[float]) -> dict[str, float]:
@@ -166,8 +213,11 @@ def measure(config: TrainConfig, windows: int) -> dict[str, dict[str, dict[str, 
 
     alt = {k: [] for k in ("env step alone", "env step alternating", "torch work alone", "torch work alternating")}
     envs = {mode: make_collector(config) for mode in ("env", "policy", "both")}
+    works = control_works()
+    controls: dict[str, list[float]] = {}
+    control_envs = {name: make_collector(config) for name in works}
     rng = np.random.default_rng(0)
-    for _ in range(windows):
+    for _ in range(windows):  # every kind of window in turn, so that all see the same conditions
         for mode, collector in envs.items():
             actions = rng.integers(0, config.env.num_actions, size=(T, config.num_envs))
             env_ns, policy_ns = alternation_window(collector, mode, actions)
@@ -175,6 +225,11 @@ def measure(config: TrainConfig, windows: int) -> dict[str, dict[str, dict[str, 
                 alt["env step alone" if mode == "env" else "env step alternating"].append(env_ns / T / 1e3)
             if mode != "env":
                 alt["torch work alone" if mode == "policy" else "torch work alternating"].append(policy_ns / T / 1e3)
+        for name, work in works.items():
+            actions = rng.integers(0, config.env.num_actions, size=(T, config.num_envs))
+            env_ns, work_ns = control_window(control_envs[name], work, actions)
+            controls.setdefault(f"env step after {name}", []).append(env_ns / T / 1e3)
+            controls.setdefault(f"{name}, its own time", []).append(work_ns / T / 1e3)
     empty = []
     for _ in range(10_000):
         tic = clock()
@@ -182,6 +237,7 @@ def measure(config: TrainConfig, windows: int) -> dict[str, dict[str, dict[str, 
     return {"parts": {k: quick_and_median(v) for k, v in per_step.items()},
             "finish": {"finish() per rollout": quick_and_median(finish)},
             "alternation": {k: quick_and_median(v) for k, v in alt.items()},
+            "alternation controls": {k: quick_and_median(v) for k, v in controls.items()},
             "clock": {"empty clock pair": quick_and_median([e / 1e3 for e in empty])}}
 
 
@@ -197,6 +253,7 @@ def main() -> None:
                 "finish": "per rollout (us)",
                 "alternation": f"alternation (us per policy step of {config.num_envs} envs; torch work: policy step, "
                                "sampling, log-prob, buffer writes)",
+                "alternation controls": "the env step alternating with other work (us per policy step)",
                 "clock": "the clock (us)"}
     width = max(map(len, headings.values()))
     for group, rows in result.items():

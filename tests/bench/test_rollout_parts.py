@@ -32,4 +32,7 @@ def test_measure_reports_every_row():
     assert set(result["parts"]) == {*PARTS, "rest", "timed window", "collect()"}
     assert set(result["alternation"]) == {"env step alone", "env step alternating", "torch work alone",
                                           "torch work alternating"}
+    controls = ("one torch op x60", "a 4 MiB NumPy sweep", "Python arithmetic")
+    assert set(result["alternation controls"]) == {f"env step after {name}" for name in controls} | {
+        f"{name}, its own time" for name in controls}
     assert all(v["min"] <= v["median"] for group in result.values() for v in group.values())
