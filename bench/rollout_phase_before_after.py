@@ -5,7 +5,8 @@ Runs ``Trainer.run`` of the two versions alternately (one thread, the sizes of
 at the default batch (8 x 16) and the matched one (8 x 128), and prints, per version,
 the quickest rollout phase per env step (the statistic loop_floor.py reports, over
 every rollout of every round) and the mean over the runs. It also checks that both
-versions end every run with bitwise-equal weights and Adam state.
+versions end every run with bitwise-equal weights and Adam state. Prints the lines of
+the comparison and one JSON line.
 
     git archive 01b5c5d | tar -x -C /tmp/before && python bench/rollout_phase_before_after.py /tmp/before
 """
@@ -18,6 +19,7 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
+import json  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -109,6 +111,7 @@ def main() -> None:
                     finals.append(final)
                 bitwise &= equal(*finals)
         short = {name: windows(versions, steps, args.windows, tmp) for name, steps in configs.items()}
+    summary: dict[str, Any] = {}
     for name, steps in configs.items():
         n = steps * 8
         best = {v: min(min(r) for r in phases[name, v]) / n for v in versions}
@@ -116,15 +119,21 @@ def main() -> None:
         print(f"{name} (batch {n}) rollout phase per env step: quickest before {1e6 * best['before']:.1f} us, "
               f"after {1e6 * best['after']:.1f} us ({best['before'] / best['after']:.2f}x); mean before "
               f"{1e6 * mean['before']:.1f} us, after {1e6 * mean['after']:.1f} us ({mean['before'] / mean['after']:.2f}x)")
+        summary[name] = {"batch": n, "phase_quickest_per_env_step_s": best, "phase_mean_per_env_step_s": mean}
     for name, steps in configs.items():
         b = short[name]
         print(f"{name} (batch {steps * 8}): finish() before {1e6 * b['before', 'finish']:.0f} us, after "
               f"{1e6 * b['after', 'finish']:.0f} us ({b['before', 'finish'] / b['after', 'finish']:.2f}x); rollout "
               f"(collect + finish) per env step before {1e6 * b['before', 'rollout'] / (steps * 8):.1f} us, after "
               f"{1e6 * b['after', 'rollout'] / (steps * 8):.1f} us ({b['before', 'rollout'] / b['after', 'rollout']:.2f}x)")
+        summary[name].update({"finish_quickest_s": {v: b[v, "finish"] for v in versions},
+                              "rollout_quickest_per_env_step_s": {v: b[v, "rollout"] / (steps * 8) for v in versions}})
     print(f"quickest of {args.windows} alternating windows each")
     print(f"{args.rounds} interleaved rounds of {args.steps} env steps per run, one thread; final weights and "
           f"Adam state bitwise equal in every round: {bitwise}")
+    print(json.dumps({"bench": "rollout_phase_before_after", "before": os.path.abspath(args.before), "threads": 1,
+                      "rounds": args.rounds, "steps": args.steps, "windows": args.windows, "bitwise_equal": bitwise,
+                      "results": summary}))
 
 
 if __name__ == "__main__":
