@@ -53,14 +53,16 @@ class RunLogger:
     """Writes rank 0's console lines, the log files, ``metrics.csv`` and TensorBoard."""
 
     def __init__(self, log_file: str, metrics_file: Path, total_episodes: int, done_episodes: int,
-                 progress: bool, tensorboard_dir: Optional[Path] = None, console: TextIO = sys.stdout,
+                 progress: bool, tensorboard_dir: Optional[Path] = None, console: Optional[TextIO] = None,
                  extra_columns: tuple[str, ...] = (), run_log: Optional[Path] = None) -> None:
         """``log_file`` is ``--log-file`` (``./training.log``, which every run started in a
         directory appends to); ``run_log`` the run dir's own log, which holds this run's
         lines only (once, when it is ``log_file`` itself). ``extra_columns``: metrics.csv
         columns after :data:`METRIC_COLUMNS` (per-instrument hold-out figures); an existing file
-        that lacks some is rewritten with them."""
-        self.console = console
+        that lacks some is rewritten with them. ``console``: where the console lines go
+        (default: whatever ``sys.stdout`` is when a line is written, so a redirection of it
+        made after this logger was built is followed)."""
+        self._console = console
         paths = [Path(log_file)]
         if run_log is not None:
             run_log.parent.mkdir(parents=True, exist_ok=True)
@@ -80,6 +82,10 @@ class RunLogger:
                          disable=None if progress else True, file=sys.stderr)
         self._tb = _tensorboard_writer(tensorboard_dir) if tensorboard_dir is not None else None
 
+    @property
+    def console(self) -> TextIO:
+        return self._console if self._console is not None else sys.stdout
+
     def header(self, config: dict[str, Any], world_size: int, note: str = "") -> None:
         """One line recording when and with what config the run (re)started."""
         stamp = datetime.datetime.now().isoformat(timespec="seconds")
@@ -94,8 +100,9 @@ class RunLogger:
 
     def line(self, text: str, to_log: bool = True) -> None:
         """Print ``text`` above the progress bar and append it to the log file."""
-        self._bar.write(text, file=self.console)
-        self.console.flush()
+        console = self.console
+        self._bar.write(text, file=console)
+        console.flush()
         if to_log:
             self._write(text + "\n")
 

@@ -2,6 +2,8 @@
 run started in a directory appends to (``./training.log``, for ``tail -f``)."""
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
 
 from ppo_lstm.cli import main
@@ -44,3 +46,18 @@ def test_a_log_file_that_is_the_run_log_gets_each_line_once(tmp_path):
     log.line("Episode 1/4")
     log.close()
     assert (tmp_path / "training.log").read_text(encoding="utf-8") == "Episode 1/4\n"
+
+
+def test_console_lines_follow_a_redirection_of_stdout_made_after_the_logger(tmp_path):
+    log = RunLogger(str(tmp_path / "training.log"), tmp_path / "metrics.csv", 4, 0, progress=False)
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured):
+        log.line("Episode 1/4")
+    log.close()
+    assert captured.getvalue() == "Episode 1/4\n"
+    chosen = io.StringIO()
+    log = RunLogger(str(tmp_path / "training.log"), tmp_path / "metrics.csv", 4, 0, progress=False, console=chosen)
+    with contextlib.redirect_stdout(io.StringIO()):
+        log.line("Episode 2/4")
+    log.close()
+    assert chosen.getvalue() == "Episode 2/4\n"
