@@ -180,26 +180,52 @@ def run_cli(cwd: Path, *args: str, timeout: float = 90.0, launcher: Optional[Seq
 
 
 def cli_in_process(cwd: Path, *args: str) -> Result:
-    """The training CLI's ``main()`` run in this process from ``cwd``: for checks that end
-    before any worker starts (bad flags, impossible configurations), without a Python
-    start-up per case. Same code path as the script; stdout and stderr are captured."""
+    """The training CLI's ``main()`` run in this process from ``cwd``: the same code path as
+    the script, without its Python start-up (torch's import, and torch._dynamo's on the first
+    optimizer: seconds per run). For checks that end before any worker starts (bad flags,
+    impossible configurations) and for single-process runs whose subject is not the process
+    (the run dir, resume, checkpoints); signals, spawned workers and torchrun run in
+    subprocesses (:func:`run_cli`). stdout and stderr are captured; Python warnings are shown
+    as a fresh interpreter shows them (its default filters), on the captured stderr. What a
+    run changes in this process (cwd, SIGINT/SIGTERM handlers, torch's thread count, the
+    global RNGs) is put back afterwards."""
     import contextlib
     import io
+    import random
+    import warnings
+
+    import numpy as np
 
     from ppo_lstm.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     previous = os.getcwd()
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    threads = torch.get_num_threads()
+    rngs = torch.get_rng_state(), np.random.get_state(), random.getstate()
     started = time.monotonic()
     os.chdir(cwd)
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+                warnings.catch_warnings(record=True) as caught:
+            warnings.resetwarnings()  # a fresh interpreter's filters (python -W unset)
+            warnings.simplefilter("default")
+            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                warnings.filterwarnings("ignore", category=category)
             try:
                 code = main([str(a) for a in args])
             except SystemExit as stop:  # argparse's own errors
                 code = int(stop.code or 0)
+        for w in caught:
+            err.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line))
     finally:
         os.chdir(previous)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        torch.set_num_threads(threads)
+        torch.set_rng_state(rngs[0])
+        np.random.set_state(rngs[1])
+        random.setstate(rngs[2])
     return Result(code, out.getvalue(), err.getvalue(), Path(cwd), time.monotonic() - started)
 
 

@@ -29,11 +29,10 @@ def digests(directory: Path) -> dict[str, str]:
             for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.e2e
 def test_second_fresh_run_is_refused_and_leaves_the_first_intact(cwd):
-    assert run_cli(cwd, *FIRST).returncode == 0
+    assert cli_in_process(cwd, *FIRST).returncode == 0
     before = digests(cwd / "checkpoints")
-    second = run_cli(cwd, *TINY, "--episodes", "4")
+    second = cli_in_process(cwd, *TINY, "--episodes", "4")
     assert second.returncode == 2
     assert second.error_lines() == [
         "error: --checkpoint-dir checkpoints already holds a run at episode 8/8, update 4; pass --resume to "
@@ -44,7 +43,7 @@ def test_second_fresh_run_is_refused_and_leaves_the_first_intact(cwd):
 
 @pytest.mark.e2e
 def test_refused_under_spawned_workers_too(cwd):
-    assert run_cli(cwd, *FIRST).returncode == 0
+    assert cli_in_process(cwd, *FIRST).returncode == 0
     before = digests(cwd / "checkpoints")
     second = run_cli(cwd, *TINY, "--distributed", "--num-workers", "2", "--episodes", "4")
     assert second.returncode == 2 and "already holds a run at episode 8/8" in second.stderr
@@ -52,11 +51,10 @@ def test_refused_under_spawned_workers_too(cwd):
     assert digests(cwd / "checkpoints") == before
 
 
-@pytest.mark.e2e
 def test_overwrite_moves_the_previous_run_aside(cwd):
-    assert run_cli(cwd, *FIRST).returncode == 0
+    assert cli_in_process(cwd, *FIRST).returncode == 0
     before = digests(cwd / "checkpoints")
-    second = run_cli(cwd, *TINY, "--episodes", "4", "--overwrite")
+    second = cli_in_process(cwd, *TINY, "--episodes", "4", "--overwrite")
     assert second.returncode == 0, second.output
     [previous] = (cwd / "checkpoints").glob("previous-*")
     assert f"--overwrite: moved a run at episode 8/8, update 4 into checkpoints/{previous.name}/" in second.stdout
@@ -68,11 +66,10 @@ def test_overwrite_moves_the_previous_run_aside(cwd):
     assert [row.split(",")[0] for row in rows[1:]] == [str(u) for u in range(1, len(rows))]  # its own numbering
 
 
-@pytest.mark.e2e
 def test_files_of_a_run_without_checkpoints_are_not_appended_to(cwd):
     (cwd / "checkpoints").mkdir()
     (cwd / "checkpoints" / "metrics.csv").write_text("update,episodes\n1,2\n")
-    result = run_cli(cwd, *TINY, "--episodes", "4")
+    result = cli_in_process(cwd, *TINY, "--episodes", "4")
     assert result.returncode == 2
     assert result.error_lines() == [
         "error: --checkpoint-dir checkpoints already holds files of an earlier run (metrics.csv); choose another "
@@ -108,10 +105,9 @@ def test_a_resumed_run_rotates_the_checkpoints_it_adopted(tmp_path):
     assert [p.name for p in resumed.checkpoints()] == ["checkpoint_u00000003.pt", "checkpoint_u00000002.pt"]
 
 
-@pytest.mark.e2e
 def test_resume_keeps_the_checkpoints_settings(cwd):
-    assert run_cli(cwd, *SMALL, "--market", "gbm", "--fee-bps", "4", "--episodes", "4").returncode == 0
-    resumed = run_cli(cwd, *SMALL, "--episodes", "8", "--log-interval", "4", "--resume")
+    assert cli_in_process(cwd, *SMALL, "--market", "gbm", "--fee-bps", "4", "--episodes", "4").returncode == 0
+    resumed = cli_in_process(cwd, *SMALL, "--episodes", "8", "--log-interval", "4", "--resume")
     assert resumed.returncode == 0, resumed.output
     assert "Settings changed on resume: --episodes 4 -> 8, --log-interval 10 -> 4" in resumed.stdout
     assert "warning" not in resumed.output and "RuntimeWarning" not in resumed.output
@@ -120,7 +116,7 @@ def test_resume_keeps_the_checkpoints_settings(cwd):
     assert state["run_id"] == load_checkpoint(cwd / "checkpoints" / "best.pt")["run_id"]
 
     # --episodes left out: the checkpoint's total; a changed cost is applied and named
-    again = run_cli(cwd, *SMALL, "--resume", "--fee-bps", "10", "--episodes", "12")
+    again = cli_in_process(cwd, *SMALL, "--resume", "--fee-bps", "10", "--episodes", "12")
     assert again.returncode == 0, again.output
     assert "Settings changed on resume: --episodes 8 -> 12, --fee-bps 4.0 -> 10.0" in again.stdout
     assert "warning: the environment settings changed" in again.stdout
@@ -130,27 +126,25 @@ def test_resume_keeps_the_checkpoints_settings(cwd):
     assert "Settings changed on resume: --episodes 8 -> 12, --fee-bps 4.0 -> 10.0" in log
 
 
-@pytest.mark.e2e
 def test_resume_without_flags_continues_to_the_checkpoints_total(cwd):
-    run = run_cli(cwd, *SMALL, "--market", "gbm", "--episodes", "12", "--checkpoint-interval", "4",
-                  "--log-interval", "4")
+    run = cli_in_process(cwd, *SMALL, "--market", "gbm", "--episodes", "12", "--checkpoint-interval", "4",
+                         "--log-interval", "4")
     assert run.returncode == 0
     run_dir = CheckpointDir(cwd / "checkpoints")
     mid = run_dir.checkpoints()[-1]  # an earlier checkpoint of the run, as after a crash
     (run_dir.path / "latest").write_text(mid.name + "\n")
     for later in run_dir.checkpoints()[:-1]:
         later.unlink()
-    resumed = run_cli(cwd, "--resume", "--device", "cpu", "--no-progress")  # nothing but --resume
+    resumed = cli_in_process(cwd, "--resume", "--device", "cpu", "--no-progress")  # nothing but --resume
     assert resumed.returncode == 0, resumed.output
     assert "Settings: as in the checkpoint" in resumed.stdout
     assert "Training finished: 12 episodes" in resumed.stdout
     assert episode_lines(cwd / "training.log")[-1].startswith("Episode 12/12")
 
 
-@pytest.mark.e2e
 def test_layout_warning_only_when_the_layout_changed_and_only_once(cwd):
-    assert run_cli(cwd, *TINY, "--episodes", "4").returncode == 0
-    resumed = run_cli(cwd, *TINY, "--episodes", "8", "--resume", "--num-envs", "4")
+    assert cli_in_process(cwd, *TINY, "--episodes", "4").returncode == 0
+    resumed = cli_in_process(cwd, *TINY, "--episodes", "8", "--resume", "--num-envs", "4")
     assert resumed.returncode == 0, resumed.output
     assert resumed.output.count("warning:") == 1 and "RuntimeWarning" not in resumed.output
     assert ("warning: the checkpoint was written by 1 worker(s) x 2 envs and this run has 1 x 4: weights, "
