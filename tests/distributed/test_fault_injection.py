@@ -1,7 +1,10 @@
 """Fault injection: what goes wrong in real runs, and what the trainer guarantees then.
 
-Every test starts real processes (the CLI, spawned gloo workers, a checkpoint
-writer) and injects a real fault: a signal, a damaged or hostile file, a bad flag.
+Every test injects a real fault: a signal, a damaged or hostile file, a bad flag. Faults
+that need a process boundary (signals, SIGKILL, spawned gloo workers, a checkpoint writer)
+hit real processes; the single-worker runs that meet a damaged file or a bad flag run the
+CLI's ``main()`` in this process (``cli_in_process``: the same code path without a Python
+start-up), and one bad input also goes through the script in a real process.
 
  1. SIGKILL while a checkpoint is being written
     -> the previous checkpoint and ``latest`` stay intact and loadable; a leftover
@@ -44,8 +47,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import (SPAWN2, TINY, Run, assert_models_equal, assert_no_process_left, copy_checkpoint, env_for_child,
-                      episode_lines, load_state, run_cli, training_started, wait_for)
+from conftest import (SPAWN2, TINY, Run, assert_models_equal, assert_no_process_left, cli_in_process, copy_checkpoint,
+                      env_for_child, episode_lines, load_state, run_cli, training_started, wait_for)
 from ppo_lstm.rundir.checkpoint import CheckpointDir, CheckpointError, load_checkpoint
 
 pytestmark = pytest.mark.timeout(180)
@@ -78,7 +81,7 @@ def checkpoint_with_episodes(directory: Path, episodes: int) -> Path:
 def single(tmp_path_factory):
     """An uninterrupted 1-worker run of 16 episodes, a checkpoint every 4 (keeps u4, u6, u8)."""
     cwd = tmp_path_factory.mktemp("single")
-    result = run_cli(cwd, *TINY, *EXACT)
+    result = cli_in_process(cwd, *TINY, *EXACT)
     assert result.returncode == 0, result.output
     return cwd
 
@@ -170,7 +173,8 @@ def test_sigterm_checkpoints_and_resumes(cwd, workers):
     assert state["counters"]["global_episodes"] == done
     assert not (cwd / "checkpoints" / ".lock").exists()
 
-    resumed = run_cli(cwd, *TINY, *workers, "--episodes", str(done + 4), "--log-interval", "2", "--resume")
+    resume = run_cli if workers else cli_in_process  # the 1-worker resume in this process (no signal there)
+    resumed = resume(cwd, *TINY, *workers, "--episodes", str(done + 4), "--log-interval", "2", "--resume")
     assert resumed.returncode == 0, resumed.output
     assert f"Resumed from checkpoints/{path.name} at episode {done}/{done + 4}" in resumed.stdout
     assert f"Training finished: {done + 4} episodes" in resumed.stdout
@@ -208,7 +212,6 @@ def test_second_signal_exits_at_once(cwd):
 # ----------------------------------------------------------------------------- 3. corrupt checkpoints
 
 
-@pytest.mark.e2e
 def test_corrupt_checkpoint_error_names_file(single, tmp_path):
     good = single / "checkpoints" / "checkpoint_u00000008.pt"
     data = good.read_bytes()
@@ -223,12 +226,11 @@ def test_corrupt_checkpoint_error_names_file(single, tmp_path):
         load_checkpoint(tmp_path / "missing.pt")
 
 
-@pytest.mark.e2e
 def test_resume_falls_back_past_corrupt_checkpoint(single, cwd):
     directory = copy_run(single, cwd)
     newest_file = directory / "checkpoint_u00000008.pt"
     newest_file.write_bytes(newest_file.read_bytes()[:5000])  # truncated: a crash mid-copy, a full disk...
-    result = run_cli(cwd, *TINY, "--episodes", "20", "--log-interval", "2", "--resume")
+    result = cli_in_process(cwd, *TINY, "--episodes", "20", "--log-interval", "2", "--resume")
     assert result.returncode == 0, result.output
     assert re.search(r"warning: checkpoints/checkpoint_u00000008\.pt: not a valid checkpoint .*; "
                      r"falling back to an older checkpoint", result.stderr), result.stderr
@@ -236,12 +238,11 @@ def test_resume_falls_back_past_corrupt_checkpoint(single, cwd):
     assert "Training finished: 20 episodes" in result.stdout
 
 
-@pytest.mark.e2e
 def test_resume_with_no_valid_checkpoint_exits_2(single, cwd):
     directory = copy_run(single, cwd)
     for path in CheckpointDir(directory).checkpoints():
         path.write_bytes(b"PK\x03\x04 not really")
-    result = run_cli(cwd, *TINY, "--episodes", "20", "--resume")
+    result = cli_in_process(cwd, *TINY, "--episodes", "20", "--resume")
     assert result.returncode == 2
     assert len(result.error_lines()) == 1, result.stderr
     assert "--resume: no valid checkpoint in checkpoints" in result.stderr
@@ -267,13 +268,11 @@ def hostile_checkpoint(path: Path, marker: Path) -> None:
     torch.save({"format": 1, "model": {}, "counters": {}, "payload": Payload(marker)}, path)
 
 
-@pytest.mark.e2e
 def test_hostile_pickle_is_never_run(single, cwd, tmp_path):
     # the payload is real: a plain (unsafe) torch.load runs it
     proof_marker, proof = tmp_path / "proof-marker", tmp_path / "proof.pt"
     hostile_checkpoint(proof, proof_marker)
-    subprocess.run([sys.executable, "-c", "import sys, torch; torch.load(sys.argv[1], weights_only=False)",
-                    str(proof)], check=True, timeout=60, cwd=tmp_path, capture_output=True)
+    torch.load(proof, weights_only=False)
     assert proof_marker.read_text() == "pwned"
 
     marker = tmp_path / "marker"
@@ -286,7 +285,7 @@ def test_hostile_pickle_is_never_run(single, cwd, tmp_path):
     assert str(evil) in str(info.value)
     assert not marker.exists()
 
-    result = run_cli(cwd, *TINY, "--episodes", "20", "--log-interval", "2", "--resume")
+    result = cli_in_process(cwd, *TINY, "--episodes", "20", "--log-interval", "2", "--resume")
     assert result.returncode == 0, result.output
     assert not marker.exists()
     assert "checkpoint_u00000009.pt: not a valid checkpoint" in result.stderr
@@ -305,8 +304,7 @@ def spawned_exact(tmp_path_factory):
     return cwd
 
 
-@pytest.mark.e2e
-@pytest.mark.parametrize("workers", ["1worker", "2workers"])
+@pytest.mark.parametrize("workers", ["1worker", pytest.param("2workers", marks=pytest.mark.e2e)])
 def test_exact_resume_from_mid_run_checkpoint(request, cwd, workers):
     flags = [] if workers == "1worker" else SPAWN2
     run_a = request.getfixturevalue("single" if workers == "1worker" else "spawned_exact")
@@ -314,7 +312,8 @@ def test_exact_resume_from_mid_run_checkpoint(request, cwd, workers):
     final = newest(run_a / "checkpoints")[0]
     copy_checkpoint(run_a / "checkpoints", mid.name, cwd / "checkpoints")
 
-    result = run_cli(cwd, *TINY, *flags, *EXACT, "--resume")
+    resume = cli_in_process if workers == "1worker" else run_cli
+    result = resume(cwd, *TINY, *flags, *EXACT, "--resume")
     assert result.returncode == 0, result.output
     assert f"Resumed from checkpoints/{mid.name} at episode 8/16" in result.stdout
     assert "environments and per-rank RNG streams restarted" not in result.output  # same layout: exact
@@ -330,7 +329,6 @@ def test_exact_resume_from_mid_run_checkpoint(request, cwd, workers):
 # ----------------------------------------------------------------------------- 6. non-finite updates
 
 
-@pytest.mark.e2e
 def test_non_finite_updates_are_skipped_and_never_checkpointed(cwd):
     """Valid but extreme prices (alternating 1e-150 / 1e150) overflow the dollar PnL: the
     rewards are inf, the losses non-finite. Those updates are skipped with a warning and
@@ -339,7 +337,7 @@ def test_non_finite_updates_are_skipped_and_never_checkpointed(cwd):
     prices = [1e-150 if i % 2 == 0 else 1e150 for i in range(400)]
     rows = [f"2020-01-{1 + i // 24:02d} {i % 24:02d}:00:00,{p},{p},{p},{p}" for i, p in enumerate(prices)]
     (cwd / "wild.csv").write_text("Date,Open,High,Low,Close\n" + "\n".join(rows) + "\n")
-    result = run_cli(cwd, *TINY, "--episodes", "40", "--checkpoint-interval", "1", "--data", "wild.csv")
+    result = cli_in_process(cwd, *TINY, "--episodes", "40", "--checkpoint-interval", "1", "--data", "wild.csv")
     assert result.returncode in (0, 1), result.output
     assert re.search(r"warning: update \d+ gave non-finite losses or parameters; skipped \(1 in a row\)",
                      result.stdout), result.output
@@ -382,7 +380,6 @@ def test_poisoned_batch_update_is_undone(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------- 7. unwritable directory
 
 
-@pytest.mark.e2e
 def test_unwritable_checkpoint_dir_exits_2(cwd):
     if os.geteuid() == 0:  # root writes anywhere: use a path below a regular file instead
         blocker = cwd / "somefile"
@@ -393,7 +390,7 @@ def test_unwritable_checkpoint_dir_exits_2(cwd):
         blocker.mkdir(mode=0o500)
         target = blocker / "sub"
     try:
-        result = run_cli(cwd, *TINY, "--episodes", "4", "--checkpoint-dir", str(target))
+        result = cli_in_process(cwd, *TINY, "--episodes", "4", "--checkpoint-dir", str(target))
     finally:
         if blocker.is_dir():
             blocker.chmod(0o700)
@@ -439,8 +436,11 @@ BAD_INPUTS = {
 }
 
 
-@pytest.mark.e2e
-@pytest.mark.parametrize("case", list(BAD_INPUTS))
+REAL_PROCESS = "bad-csv"  # the case run through the script: the whole stderr of a real process is its one line
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.e2e) if c == REAL_PROCESS else c
+                                  for c in BAD_INPUTS])
 def test_bad_input_is_one_line_exit_2(case, cwd, single):
     args, expected = BAD_INPUTS[case]
     if case in ("cuda", "num-gpus-cuda") and torch.cuda.is_available():
@@ -453,7 +453,10 @@ def test_bad_input_is_one_line_exit_2(case, cwd, single):
         bad_csv(cwd)
     if case == "model-sizes":
         copy_run(single, cwd)
-    result = run_cli(cwd, *TINY, "--episodes", "4", *args, timeout=60)
+    if case == REAL_PROCESS:
+        result = run_cli(cwd, *TINY, "--episodes", "4", *args, timeout=60)
+    else:
+        result = cli_in_process(cwd, *TINY, "--episodes", "4", *args)
     assert result.returncode == 2, result.output
     assert len(result.error_lines()) == 1, result.stderr
     assert expected in result.stderr, result.stderr
