@@ -35,9 +35,10 @@ CUDA_SAMPLER_STATE = torch.tensor([7, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
-    """One finished 8-episode run (checkpoints every 4 episodes), shared by this module's resumes."""
+    """One finished 8-episode run (checkpoints every 4 episodes), shared by this module's resumes.
+    Run in this process, as are the resumes (the CLI's main(): the same code path, no start-up)."""
     cwd = tmp_path_factory.mktemp("base")
-    result = run_cli(cwd, *TINY, "--episodes", "8", "--checkpoint-interval", "4")
+    result = cli_in_process(cwd, *TINY, "--episodes", "8", "--checkpoint-interval", "4")
     assert result.returncode == 0, result.output
     return cwd
 
@@ -52,7 +53,7 @@ def copy_with_edited_rank_state(finished_run, cwd, edit) -> None:
 
 
 def resumed(cwd):
-    result = run_cli(cwd, *TINY, "--resume", "--episodes", "16")
+    result = cli_in_process(cwd, *TINY, "--resume", "--episodes", "16")
     assert result.returncode == 0, result.output
     assert "Traceback" not in result.output and "Training finished: 16 episodes" in result.stdout
     return result
@@ -68,7 +69,6 @@ def test_rank_state_records_its_device_type():
     assert collector.state()["sampler_device"] == "cpu"
 
 
-@pytest.mark.e2e
 def test_resume_of_a_rank_state_written_on_cuda_reseeds_the_sampler_with_one_warning(finished_run, tmp_path):
     """It finishes, with one warning line; the re-seeded stream is deterministic (two resumes
     give the same episodes); the checkpoints it writes say they came from the CPU."""
@@ -88,7 +88,6 @@ def test_resume_of_a_rank_state_written_on_cuda_reseeds_the_sampler_with_one_war
     assert episodes[0] == episodes[1] and len(episodes[0]) >= 2
 
 
-@pytest.mark.e2e
 @pytest.mark.parametrize("edit, reason", [
     (lambda rank: rank.update(sample_generator=CUDA_SAMPLER_STATE) or rank.pop("sampler_device"),
      "RNG state"),  # an older checkpoint that does not say where it was written
