@@ -197,9 +197,10 @@ def test_killed_worker_fails_the_job(cwd):
 @pytest.mark.parametrize("before, after", [(2, 1), (1, 2)], ids=["2to1", "1to2"])
 def test_resume_with_other_world_size(cwd, before, after):
     workers = {1: [], 2: SPAWN2}
-    first = run_cli(cwd, *TINY, *workers[before], "--episodes", "8", "--log-interval", "4")
+    run = {1: cli_in_process, 2: run_cli}  # the 1-worker side in this process, the 2-worker one spawned
+    first = run[before](cwd, *TINY, *workers[before], "--episodes", "8", "--log-interval", "4")
     assert first.returncode == 0, first.output
-    second = run_cli(cwd, *TINY, *workers[after], "--episodes", "14", "--log-interval", "4", "--resume")
+    second = run[after](cwd, *TINY, *workers[after], "--episodes", "14", "--log-interval", "4", "--resume")
     assert second.returncode == 0, second.output
     warning = (f"warning: the checkpoint was written by {before} worker(s) x 2 envs and this run has {after} x 2: "
                f"weights, optimizer and counters restored; environments and per-rank RNG streams restarted")
