@@ -1,5 +1,6 @@
 """Shared by the deploy tests (test_policy, test_predict, test_onnx): a CSV of daily bars and a
-tiny model trained on it by the real training CLI; and the same with two feature columns."""
+tiny model trained on it by the training CLI's main() (in this process: ``cli_in_process``); and
+the same with two feature columns."""
 from __future__ import annotations
 
 import fcntl
@@ -10,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import TINY, run_cli
+from conftest import TINY, cli_in_process
 
 BARS = 260
 FEATURES = "vol_z,Mom"  # as the training command names them: the file has Vol_Z and mom
@@ -58,8 +59,8 @@ def featured_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if not (cwd / "trained").exists():
             cwd.mkdir(exist_ok=True)
             write_featured_prices(cwd / "prices.csv")
-            result = run_cli(cwd, *TINY, "--data", "prices.csv", "--episodes", "16", "--checkpoint-interval", "8",
-                             "--features", FEATURES)
+            result = cli_in_process(cwd, *TINY, "--data", "prices.csv", "--episodes", "16", "--checkpoint-interval",
+                                    "8", "--features", FEATURES)
             assert result.returncode == 0, result.output
             (cwd / "trained").write_text("ok\n")
     return cwd
@@ -68,7 +69,8 @@ def featured_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def train_tiny(cwd: Path, *extra: str) -> Path:
     """Train a tiny model on ``cwd/prices.csv`` (written here); returns its best.pt."""
     write_prices(cwd / "prices.csv")
-    result = run_cli(cwd, *TINY, "--data", "prices.csv", "--episodes", "16", "--checkpoint-interval", "8", *extra)
+    result = cli_in_process(cwd, *TINY, "--data", "prices.csv", "--episodes", "16", "--checkpoint-interval", "8",
+                            *extra)
     assert result.returncode == 0, result.output
     return cwd / "checkpoints" / "best.pt"
 

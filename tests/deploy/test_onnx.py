@@ -26,8 +26,6 @@ from ppo_lstm.evaluation.cli import load_policy  # noqa: E402
 from ppo_lstm.deploy.onnx_model import OnnxStep, spec_of  # noqa: E402
 from ppo_lstm.deploy.policy import checkpoint_fingerprint  # noqa: E402
 
-pytestmark = pytest.mark.e2e
-
 START = "2021-02-01"
 
 

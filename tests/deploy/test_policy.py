@@ -69,7 +69,6 @@ def backtest_observations(agent: RecurrentActorCritic, env: EnvConfig, data: Mar
     return np.array(observations), torch.stack(logits)
 
 
-@pytest.mark.e2e
 @pytest.mark.parametrize("start", [None, "2021-03-01"])
 def test_stream_takes_the_backtests_decisions_bit_for_bit(run: Path, start: str | None) -> None:
     data = load_ohlcv(run / "prices.csv")
@@ -92,7 +91,6 @@ def test_stream_takes_the_backtests_decisions_bit_for_bit(run: Path, start: str 
     assert torch.equal(torch.tensor([d.logits for d in decisions]), logits)
 
 
-@pytest.mark.e2e
 def test_warm_up_from_a_file_a_dataframe_or_bars_is_the_same_stream(run: Path) -> None:
     policy = TradingPolicy.load(run / "checkpoints")
     data = load_ohlcv(run / "prices.csv")
@@ -106,7 +104,6 @@ def test_warm_up_from_a_file_a_dataframe_or_bars_is_the_same_stream(run: Path) -
     assert stream(policy, data, "2021-02-15")[-1] == policy.decision
 
 
-@pytest.mark.e2e
 def test_state_round_trips_exactly_through_json_mid_stream(run: Path, tmp_path: Path) -> None:
     data = load_ohlcv(run / "prices.csv")
     whole = stream(TradingPolicy.load(run / "checkpoints"), data, "2021-02-01")
@@ -147,7 +144,6 @@ def test_normalised_returns_bar_by_bar_equal_the_whole_files(tmp_path: Path) -> 
             assert np.array_equal(decision.observation[:window], z[bar - window:bar]), (window, bar)
 
 
-@pytest.mark.e2e
 def test_fill_books_the_reported_fill(run: Path) -> None:
     data = load_ohlcv(run / "prices.csv")
     policy = TradingPolicy.load(run / "checkpoints")
@@ -210,7 +206,6 @@ def test_a_bust_account_is_kept_flat() -> None:
     assert all(d.position == 0 for d in decisions[7:])
 
 
-@pytest.mark.e2e
 def test_bad_bars_fills_and_states_are_refused(run: Path) -> None:
     policy = TradingPolicy.load(run / "checkpoints")
     with pytest.raises(UsageError, match="no decision has been taken"):

@@ -15,8 +15,6 @@ from deploy_fixtures import featured_run  # noqa: E402  (the deploy tests' share
 from ppo_lstm.evaluation import cli  # noqa: E402
 
 pytest.importorskip("matplotlib")
-pytestmark = pytest.mark.e2e
-
 
 def test_plot_names_are_unique() -> None:
     plot_paths = cli.plot_paths
