@@ -174,8 +174,8 @@ def test_features_need_data_and_matching_columns(tmp_path):
 @pytest.mark.e2e
 def test_train_holdout_evaluate_and_resume_with_features(tmp_path):
     write_prices(tmp_path / "p.csv", 300, warmup=20)
-    result = run_cli(tmp_path, *TINY, "--data", "p.csv", "--features", "sig,VOLUME", "--episodes", "16",
-                     "--checkpoint-interval", "8")
+    result = cli_in_process(tmp_path, *TINY, "--data", "p.csv", "--features", "sig,VOLUME", "--episodes", "16",
+                            "--checkpoint-interval", "8")  # training in-process; the printed command in a real one
     assert result.returncode == 0, result.output
     state = load_state(tmp_path / "checkpoints" / "best.pt")
     assert state["config"]["env"]["features"] == "sig,VOLUME"
@@ -195,7 +195,7 @@ def test_train_holdout_evaluate_and_resume_with_features(tmp_path):
     whole = backtest_history(agent, config.env, data)
     assert whole.start == str(pd.Timestamp(data.timestamps[20]).isoformat())
     # resume: the features come from the checkpoint
-    resumed = run_cli(tmp_path, *TINY, "--resume", "--episodes", "24")
+    resumed = cli_in_process(tmp_path, *TINY, "--resume", "--episodes", "24")
     assert resumed.returncode == 0, resumed.output
     assert "Settings changed on resume: --episodes 16 -> 24" in resumed.stdout
     assert load_state(tmp_path / "checkpoints" / "checkpoint_u00000012.pt")["config"]["env"]["features"] == "sig,VOLUME"

@@ -1,4 +1,5 @@
-"""The evaluate CLI end to end: train a tiny model on a CSV, then evaluate it in subprocesses
+"""The evaluate CLI end to end: train a tiny model on a CSV (the training CLI's main(), in this
+process), then evaluate it in subprocesses
 (JSON, equity CSV, plot, simulated and sampled runs, a 2-worker checkpoint); bad inputs
 through ``main()`` in-process (the same code, without a Python start-up per case)."""
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import ROOT, TINY, Result, Run, free_port, run_cli
+from conftest import ROOT, TINY, Result, Run, cli_in_process, free_port, run_cli
 from ppo_lstm.evaluation.cli import main
 from ppo_lstm.evaluation.report import CSV_COLUMNS, ROWS, trade_marks
 
@@ -51,7 +52,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory with prices.csv and checkpoints/ of a tiny model trained on it."""
     cwd = tmp_path_factory.mktemp("trained")
     write_prices(cwd / "prices.csv")
-    result = run_cli(cwd, *TINY, "--data", "prices.csv", "--episodes", "16", "--checkpoint-interval", "8")
+    result = cli_in_process(cwd, *TINY, "--data", "prices.csv", "--episodes", "16", "--checkpoint-interval", "8")
     assert result.returncode == 0, result.output
     return cwd
 

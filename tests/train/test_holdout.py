@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import TINY, Run, load_state, run_cli
+from conftest import TINY, Run, cli_in_process, load_state
 from envs.config import EnvConfig
 from envs.data import load_ohlcv
 from ppo_lstm.config import TrainConfig
@@ -101,10 +101,9 @@ def test_bad_splits_are_one_line_errors(tmp_path, overrides, message):
         split_data(load_ohlcv(tmp_path / "p.csv"), tiny_config(tmp_path, data="p.csv", **overrides))
 
 
-@pytest.mark.e2e
 def test_a_split_too_short_exits_2_before_anything_is_written(tmp_path):
     write_walk(tmp_path / "p.csv", 200, seed=1)
-    result = run_cli(tmp_path, *TINY, "--episodes", "4", "--data", "p.csv", "--holdout", "0.95")
+    result = cli_in_process(tmp_path, *TINY, "--episodes", "4", "--data", "p.csv", "--holdout", "0.95")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.output
     assert result.error_lines() == ["error: p.csv: 10 bars (2020-01-01 00:00:00 to 2020-01-10 00:00:00) are left "
                                     "for training after --holdout 0.95; one episode needs window + episode-length "
@@ -152,8 +151,9 @@ def test_training_never_reads_a_held_out_bar(tmp_path):
 @pytest.mark.e2e
 def test_holdout_lines_metrics_best_and_a_summary_that_reproduces(tmp_path):
     write_walk(tmp_path / "prices.csv", 300, seed=2, drift=0.001)
-    result = run_cli(tmp_path, *TINY, "--data", "prices.csv", "--holdout", "0.25", "--data-start", "2020-01-06",
-                     "--episodes", "24", "--checkpoint-interval", "8")
+    # the training in this process; the command it prints runs below in a real one
+    result = cli_in_process(tmp_path, *TINY, "--data", "prices.csv", "--holdout", "0.25", "--data-start",
+                            "2020-01-06", "--episodes", "24", "--checkpoint-interval", "8")
     assert result.returncode == 0, result.output
     out = result.stdout.splitlines()
     assert ("Hold-out: the last 74 bars of prices.csv (2020-08-14 00:00:00 to 2020-10-26 00:00:00) are kept out "
