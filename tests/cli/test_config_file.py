@@ -1,9 +1,9 @@
 """``--config FILE`` (YAML or TOML), ``--print-config`` and each run's ``config.yaml``.
 
 Parsing, overrides and bad files go through ``parse_flags`` or the CLI's ``main()`` in
-this process; one tiny real run (a module fixture) writes the ``config.yaml`` that the
-round trip, resume and evaluate tests read; torchrun and the distributed script run
-for real in subprocesses.
+this process; one tiny real run (a module fixture, also through ``main()`` in this process)
+writes the ``config.yaml`` that the round trip, resume and evaluate tests read; torchrun and
+the distributed script run for real in subprocesses.
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     """A tiny real run started from run.yaml, with --episodes 4 on the command line."""
     cwd = tmp_path_factory.mktemp("config_run")
     write(cwd / "run.yaml", RUN_YAML)
-    result = run_cli(cwd, "--config", "run.yaml", "--episodes", "4", "--checkpoint-interval", "4")
+    result = cli_in_process(cwd, "--config", "run.yaml", "--episodes", "4", "--checkpoint-interval", "4")
     assert result.returncode == 0, result.output
     return cwd, result
 
@@ -187,7 +187,6 @@ def test_parse_flags_raises_usage_error_for_a_bad_file(tmp_path):
 # ------------------------------------------------------------------ a real run's config.yaml
 
 
-@pytest.mark.e2e
 def test_a_run_saves_config_yaml_that_reproduces_its_settings(trained):
     cwd, result = trained
     note = "Config file run.yaml: 13 settings; the command line overrode --episodes 2 -> 4"
@@ -201,7 +200,6 @@ def test_a_run_saves_config_yaml_that_reproduces_its_settings(trained):
     assert not list((cwd / "checkpoints").glob(".*.tmp"))  # written atomically, no temp file left
 
 
-@pytest.mark.e2e
 def test_a_saved_config_fed_back_neither_resumes_nor_overwrites(trained):
     cwd, _ = trained
     before = sorted(p.name for p in (cwd / "checkpoints").iterdir())
@@ -220,7 +218,6 @@ def test_save_run_config_writes_resume_and_overwrite_false(tmp_path):
     assert back == TrainConfig(checkpoint_dir=str(tmp_path / "run"), episodes=7)
 
 
-@pytest.mark.e2e
 def test_resume_with_a_config_that_changes_a_model_size_is_refused_like_the_flag(trained):
     cwd, _ = trained
     write(cwd / "bigger.yaml", "hidden-size: 32\n")
@@ -231,7 +228,6 @@ def test_resume_with_a_config_that_changes_a_model_size_is_refused_like_the_flag
     assert "--hidden-size 32" in by_file.stderr
 
 
-@pytest.mark.e2e
 def test_resume_takes_the_config_file_as_command_line_settings(trained):
     cwd, _ = trained
     write(cwd / "longer.yaml", "episodes: 12\nfee-bps: 3\n")
@@ -242,7 +238,6 @@ def test_resume_takes_the_config_file_as_command_line_settings(trained):
     assert (printed["hidden-size"], printed["seed"], printed["market"]) == (16, 3, "regime")  # the checkpoint's
 
 
-@pytest.mark.e2e
 def test_evaluate_reads_a_config_file(trained, capsys):
     from ppo_lstm.evaluation.cli import main as evaluate
 
