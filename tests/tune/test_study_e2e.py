@@ -2,14 +2,12 @@
 SQLite, the results, resuming, best.yaml back into training, failed trials."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import TRAIN, env_for_child
+from conftest import cli_in_process
 from ppo_lstm.tune.queue import FAIL_REASON
 from test_space_and_input import run_main
 from tune_fixtures import assert_exactly, start_tune, trials_of, write_space
@@ -56,10 +54,9 @@ def test_two_processes_on_sqlite_then_resume_report_and_best_yaml(tmp_path: Path
     code, shown, _ = run_main("--out", "study", "--report")
     assert code == 0 and shown == report
 
-    # best.yaml trains as it is, with the best trial's settings
-    train = subprocess.run([sys.executable, TRAIN, "--config", "study/best.yaml", "--checkpoint-dir", "again",
-                            "--log-file", "again/training.log", "--device", "cpu", "--no-progress"],
-                           cwd=tmp_path, env=env_for_child(), capture_output=True, text=True, timeout=120)
+    # best.yaml trains as it is, with the best trial's settings (the training CLI's main(), in this process)
+    train = cli_in_process(tmp_path, "--config", "study/best.yaml", "--checkpoint-dir", "again", "--log-file",
+                           "again/training.log", "--device", "cpu", "--no-progress")
     assert train.returncode == 0, train.stderr
     expected = settings_of(out / f"trial-{best.number:04d}" / "config.yaml")
     assert settings_of(tmp_path / "again" / "config.yaml") == expected
