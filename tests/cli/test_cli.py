@@ -1,4 +1,7 @@
-"""End to end through the real CLI, in a subprocess: log lines, metrics.csv, checkpoints."""
+"""End to end through the real CLI: log lines, metrics.csv, checkpoints. The script runs in a
+subprocess for a training run and --help; the runs that check a feature (a shared log,
+resume, TensorBoard, bf16 autocast) go through its main() in this process (``cli_in_process``:
+the same code path, without a Python start-up)."""
 import csv
 import re
 import subprocess
@@ -8,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-pytestmark = pytest.mark.e2e
+from conftest import cli_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 LINE = re.compile(r"^Episode (\d+)/(\d+) - Reward: -?\d+\.\d\d, Return: -?\$\d+\.\d\d, "
@@ -22,6 +25,7 @@ def run_cli(cwd, *args, script="train_ppo_lstm.py", timeout=120):
                           text=True, timeout=timeout)
 
 
+@pytest.mark.e2e
 def test_trains_logs_and_checkpoints(tmp_path):
     result = run_cli(tmp_path, "--episodes", "12", "--log-interval", "4", "--checkpoint-interval", "6",
                      "--market", "regime", *TINY)
@@ -53,20 +57,21 @@ def test_trains_logs_and_checkpoints(tmp_path):
 
 def test_second_run_appends_to_the_log(tmp_path):
     for directory in ("run-a", "run-b"):  # two runs, each in its own checkpoint dir, one log
-        assert run_cli(tmp_path, "--episodes", "2", "--log-interval", "2", "--checkpoint-dir", directory,
-                       *TINY).returncode == 0
+        assert cli_in_process(tmp_path, "--episodes", "2", "--log-interval", "2", "--checkpoint-dir", directory,
+                              *TINY).returncode == 0
     log = (tmp_path / "training.log").read_text()
     assert log.count(" run started ") == 2 and log.count("Episode 2/2") == 2
 
 
 def test_resume_continues_to_the_new_total(tmp_path):
-    assert run_cli(tmp_path, "--episodes", "4", *TINY).returncode == 0
-    result = run_cli(tmp_path, "--episodes", "8", "--resume", "--log-interval", "4", *TINY)
+    assert cli_in_process(tmp_path, "--episodes", "4", *TINY).returncode == 0
+    result = cli_in_process(tmp_path, "--episodes", "8", "--resume", "--log-interval", "4", *TINY)
     assert result.returncode == 0, result.stderr
     assert "Resumed from " in result.stdout and "at episode 4/8" in result.stdout and "4 episodes left" in result.stdout
     assert "Episode 8/8" in result.stdout
 
 
+@pytest.mark.e2e
 def test_help_lists_every_flag_with_defaults(tmp_path):
     result = run_cli(tmp_path, "--help")
     assert result.returncode == 0
@@ -81,8 +86,6 @@ def test_help_lists_every_flag_with_defaults(tmp_path):
 
 
 def test_bad_update_interval_is_one_line_exit_2(tmp_path):
-    from conftest import cli_in_process
-
     result = cli_in_process(tmp_path, "--update-interval", "30", "--num-envs", "4")
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1 and "--update-interval 30" in result.stderr
@@ -91,7 +94,7 @@ def test_bad_update_interval_is_one_line_exit_2(tmp_path):
 
 def test_tensorboard_curves_when_installed(tmp_path):
     pytest.importorskip("tensorboard")
-    result = run_cli(tmp_path, "--episodes", "4", "--tensorboard", *TINY)
+    result = cli_in_process(tmp_path, "--episodes", "4", "--tensorboard", *TINY)
     assert result.returncode == 0, result.stderr
     assert list((tmp_path / "checkpoints" / "tb").glob("events.out.tfevents.*"))
 
@@ -99,7 +102,7 @@ def test_tensorboard_curves_when_installed(tmp_path):
 def test_autocast_bf16_trains_and_records_it(tmp_path):
     """--autocast bf16 end to end on the CPU: trains and checkpoints float32 weights, and the
     setting is recorded in the log header and the checkpoint (so a resume keeps it)."""
-    result = run_cli(tmp_path, "--episodes", "8", "--autocast", "bf16", "--device", "cpu", *TINY)
+    result = cli_in_process(tmp_path, "--episodes", "8", "--autocast", "bf16", "--device", "cpu", *TINY)
     assert result.returncode == 0, result.stderr
     assert '"autocast": "bf16"' in (tmp_path / "training.log").read_text().splitlines()[0]
     from conftest import load_state
@@ -111,8 +114,6 @@ def test_autocast_bf16_trains_and_records_it(tmp_path):
 
 
 def test_unknown_autocast_is_one_line_exit_2(tmp_path):
-    from conftest import cli_in_process
-
     result = cli_in_process(tmp_path, "--autocast", "fp8")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "--autocast" in result.stderr
