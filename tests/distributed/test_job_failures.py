@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from conftest import (SPAWN2, TINY, TRAIN, Run, assert_no_process_left, run_cli, torchrun, training_started,
-                      wait_for)
+from conftest import (SPAWN2, TINY, TRAIN, Run, assert_no_process_left, cli_in_process, torchrun,
+                      training_started, wait_for)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -35,7 +35,8 @@ def test_second_run_on_same_dir_is_refused(tmp_path):
     first = Run(first_cwd, [*TINY, *LONG])
     wait_for(lambda: training_started(first_cwd), 60, "training to start", first)
     assert (directory / ".lock").read_text().strip() == str(first.pid)
-    second = run_cli(second_cwd, *TINY, "--episodes", "4", "--checkpoint-dir", str(directory), timeout=60)
+    second_cwd.mkdir()  # the second run in this process: the lock it meets is the first process's
+    second = cli_in_process(second_cwd, *TINY, "--episodes", "4", "--checkpoint-dir", str(directory))
     assert second.returncode == 2
     assert second.error_lines() == [f"error: checkpoint dir {directory} is in use by another run (pid {first.pid}); "
                                     f"wait for it to finish or choose another --checkpoint-dir"]
