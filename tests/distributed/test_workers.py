@@ -72,9 +72,17 @@ def test_single_device_run_uses_one_thread_unless_told(cwd, args, env, expected)
     assert startup_line(result.stdout) == expected
 
 
+@pytest.fixture(scope="module")
+def spawned_default(tmp_path_factory):
+    """One run of 2 spawned CPU workers left to their default threads (no --threads, no
+    OMP_NUM_THREADS), shared by the two tests below."""
+    cwd = tmp_path_factory.mktemp("spawned_default")
+    return run_cli(cwd, *TINY, *SPAWN2, "--episodes", "4", env={"OMP_NUM_THREADS": None})
+
+
 @pytest.mark.e2e
-def test_spawned_cpu_workers_use_one_thread_each(cwd):
-    result = run_cli(cwd, *TINY, *SPAWN2, "--episodes", "4", env={"OMP_NUM_THREADS": None})
+def test_spawned_cpu_workers_use_one_thread_each(spawned_default):
+    result = spawned_default
     assert result.returncode == 0, result.output
     assert startup_line(result.stdout) == "Workers: 2 on cpu (gloo), 1 torch thread each"
 
@@ -154,12 +162,13 @@ def test_more_cpu_workers_than_cores_warns_once(cwd):
 
 
 @pytest.mark.e2e
-def test_cpu_workers_within_the_cores_do_not_warn(cwd):
+def test_cpu_workers_within_the_cores_do_not_warn(spawned_default):
+    """2 workers x 1 thread (their default) on 2 or more cores: no warning."""
     from ppo_lstm.distributed import usable_cores
 
     if usable_cores() < 2:
         pytest.skip("needs 2 cores")
-    result = run_cli(cwd, *TINY, *SPAWN2, "--episodes", "2", "--threads", "1")
+    result = spawned_default
     assert result.returncode == 0, result.output
     assert "warning" not in result.stderr
 
