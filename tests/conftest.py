@@ -187,8 +187,8 @@ def cli_in_process(cwd: Path, *args: str) -> Result:
     (the run dir, resume, checkpoints); signals, spawned workers and torchrun run in
     subprocesses (:func:`run_cli`). stdout and stderr are captured; Python warnings are shown
     as a fresh interpreter shows them (its default filters), on the captured stderr. What a
-    run changes in this process (cwd, SIGINT/SIGTERM handlers, torch's thread count, the
-    global RNGs) is put back afterwards."""
+    run changes in this process (cwd, environment, SIGINT/SIGTERM handlers, torch's thread
+    count, the global RNGs) is put back afterwards."""
     import contextlib
     import io
     import random
@@ -199,7 +199,7 @@ def cli_in_process(cwd: Path, *args: str) -> Result:
     from ppo_lstm.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    previous = os.getcwd()
+    previous, environ = os.getcwd(), dict(os.environ)
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     threads = torch.get_num_threads()
     rngs = torch.get_rng_state(), np.random.get_state(), random.getstate()
@@ -220,6 +220,9 @@ def cli_in_process(cwd: Path, *args: str) -> Result:
             err.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line))
     finally:
         os.chdir(previous)
+        if dict(os.environ) != environ:  # e.g. the launcher's run-lock variable
+            os.environ.clear()
+            os.environ.update(environ)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
         torch.set_num_threads(threads)
