@@ -9,7 +9,7 @@ LSTM 64), and the project's own ``RolloutCollector`` and agent. It times:
   the staged rewards (``_store_rewards``), the policy step (``agent.step``), sampling
   (``sample_actions``), the log-prob, the buffer writes (``buffer.add``), the env step
   (``VectorTradingEnv.step``), and the staging writes and episode records; ``rest`` is the
-  window's time that no part holds (the staging upload, ``no_grad``, the loop, the clock);
+  window's time that no part holds (the staging upload, the loop, the clock);
 * **collect()** itself, uninstrumented, alternating with the timed copy (the clock's cost);
 * **finish()** per rollout (the last rewards, the bootstrap value, GAE, the hand-over copies);
 * **alternation**: the env step in a loop of env steps alone (random actions) and the
@@ -77,14 +77,14 @@ def timed_collect(c: RolloutCollector, update: int, ns: dict[str, int]) -> np.nd
     c.buffer.initial_c.copy_(c.lstm_state[1])
     stage.put_inputs(c.obs, c.episode_start)
     weights = c.agent.step_weights()
-    for t in range(c.steps):
-        stage.upload()
-        with torch.no_grad():
+    obs, starts = stage.obs, stage.starts
+    with torch.no_grad():
+        for t in range(c.steps):
+            stage.upload()
             t0 = clock()
             if t > 0:
                 c._store_rewards(t - 1)
             t1 = clock()
-            obs, starts = stage.obs, stage.starts
             logits, values, c.lstm_state = c.agent.step(obs, c.lstm_state, starts, bool(c.episode_start.any()),
                                                         weights)
             t2 = clock()
@@ -94,17 +94,17 @@ def timed_collect(c: RolloutCollector, update: int, ns: dict[str, int]) -> np.nd
             t4 = clock()
             c.buffer.add(t, obs, starts, actions, log_probs, values)
             t5 = clock()
-        c.obs, rewards, terminated, truncated, info = c.env.step(host_actions)
-        t6 = clock()
-        cut = truncated & ~terminated
-        c.episode_start = terminated | truncated
-        stage.put_outcome(rewards, cut, info.get("final_obs"))
-        stage.put_inputs(c.obs, c.episode_start)
-        if "_episode" in info:
-            records.append(episode_records(info["episode"], np.flatnonzero(info["_episode"])))
-        t7 = clock()
-        for part, a, b in zip(PARTS, (t0, t1, t2, t3, t4, t5, t6), (t1, t2, t3, t4, t5, t6, t7)):
-            ns[part] += b - a
+            c.obs, rewards, terminated, truncated, info = c.env.step(host_actions)
+            t6 = clock()
+            cut = truncated & ~terminated
+            c.episode_start = terminated | truncated
+            stage.put_outcome(rewards, cut, info.get("final_obs"))
+            stage.put_inputs(c.obs, c.episode_start)
+            if "_episode" in info:
+                records.append(episode_records(info["episode"], np.flatnonzero(info["_episode"])))
+            t7 = clock()
+            for part, a, b in zip(PARTS, (t0, t1, t2, t3, t4, t5, t6), (t1, t2, t3, t4, t5, t6, t7)):
+                ns[part] += b - a
     out = np.concatenate(records) if records else np.zeros((0, len(EPISODE_FIELDS)))
     ns["window"] += clock() - start
     return out
@@ -112,15 +112,14 @@ def timed_collect(c: RolloutCollector, update: int, ns: dict[str, int]) -> np.nd
 
 def policy_step(c: RolloutCollector, t: int, weights: StepWeights) -> np.ndarray:
     """The rollout step's torch work as ``collect`` does it (agent.step, sampling, log-prob,
-    buffer.add) on the staged inputs, with the rollout's ``weights``; the host actions."""
+    buffer.add) on the staged inputs, with the rollout's ``weights``; the host actions. Call it
+    under ``torch.no_grad()``, as ``collect`` runs its loop."""
     stage = c.staging
-    with torch.no_grad():
-        obs, starts = stage.obs, stage.starts
-        logits, values, c.lstm_state = c.agent.step(obs, c.lstm_state, starts, bool(c.episode_start.any()),
-                                                    weights)
-        actions, host_actions = sample_actions(logits, c.sample_generator, c.check_on_device, 0)
-        log_probs = logits.log_softmax(-1).gather(-1, actions[:, None])[:, 0]
-        c.buffer.add(t, obs, starts, actions, log_probs, values)
+    obs, starts = stage.obs, stage.starts
+    logits, values, c.lstm_state = c.agent.step(obs, c.lstm_state, starts, bool(c.episode_start.any()), weights)
+    actions, host_actions = sample_actions(logits, c.sample_generator, c.check_on_device, 0)
+    log_probs = logits.log_softmax(-1).gather(-1, actions[:, None])[:, 0]
+    c.buffer.add(t, obs, starts, actions, log_probs, values)
     return host_actions
 
 
@@ -129,20 +128,21 @@ def alternation_window(c: RolloutCollector, mode: str, actions: np.ndarray) -> t
     alone, ``actions`` [T, N]), "policy" (policy steps alone) or "both" (alternating)."""
     env_ns = policy_ns = 0
     weights = c.agent.step_weights()
-    for t in range(c.steps):
-        if mode != "env":
-            tic = clock()
-            host_actions = policy_step(c, t, weights)
-            policy_ns += clock() - tic
-        if mode != "policy":
-            step_actions = actions[t] if mode == "env" else host_actions
-            tic = clock()
-            c.obs, _, terminated, truncated, _ = c.env.step(step_actions)
-            env_ns += clock() - tic
-            c.episode_start = terminated | truncated
-        else:  # no env: no episode starts after the first step (as in most steps of the other loops)
-            c.episode_start = np.zeros_like(c.episode_start)
-        c.staging.put_inputs(c.obs, c.episode_start)  # untimed: the policy's next inputs
+    with torch.no_grad():  # once per window, as collect() does
+        for t in range(c.steps):
+            if mode != "env":
+                tic = clock()
+                host_actions = policy_step(c, t, weights)
+                policy_ns += clock() - tic
+            if mode != "policy":
+                step_actions = actions[t] if mode == "env" else host_actions
+                tic = clock()
+                c.obs, _, terminated, truncated, _ = c.env.step(step_actions)
+                env_ns += clock() - tic
+                c.episode_start = terminated | truncated
+            else:  # no env: no episode starts after the first step (as in most steps of the other loops)
+                c.episode_start = np.zeros_like(c.episode_start)
+            c.staging.put_inputs(c.obs, c.episode_start)  # untimed: the policy's next inputs
     return env_ns, policy_ns
 
 

@@ -113,24 +113,24 @@ class RolloutCollector:
         self.buffer.initial_c.copy_(self.lstm_state[1])
         stage.put_inputs(self.obs, self.episode_start)
         weights = self.agent.step_weights()  # fetched once: the parameters do not change in a rollout
-        for t in range(self.steps):
-            stage.upload()
-            with torch.no_grad():
+        obs, starts = stage.obs, stage.starts  # [N, D], [N]: the staged inputs, rewritten every step
+        with torch.no_grad():  # once for the rollout (the env's NumPy is indifferent to it)
+            for t in range(self.steps):
+                stage.upload()
                 if t > 0:
                     self._store_rewards(t - 1)
-                obs, starts = stage.obs, stage.starts  # [N, D], [N]
                 logits, values, self.lstm_state = self.agent.step(
                     obs, self.lstm_state, starts, bool(self.episode_start.any()), weights)  # [N, A], [N]
                 actions, host_actions = sample_actions(logits, self.sample_generator, self.check_on_device, update)
                 log_probs = logits.log_softmax(-1).gather(-1, actions[:, None])[:, 0]  # [N]
                 self.buffer.add(t, obs, starts, actions, log_probs, values)
-            self.obs, rewards, terminated, truncated, info = self.env.step(host_actions)
-            cut = truncated & ~terminated
-            self.episode_start = terminated | truncated
-            stage.put_outcome(rewards, cut, info.get("final_obs"))
-            stage.put_inputs(self.obs, self.episode_start)
-            if "_episode" in info:
-                records.append(episode_records(info["episode"], np.flatnonzero(info["_episode"])))
+                self.obs, rewards, terminated, truncated, info = self.env.step(host_actions)
+                cut = truncated & ~terminated
+                self.episode_start = terminated | truncated
+                stage.put_outcome(rewards, cut, info.get("final_obs"))
+                stage.put_inputs(self.obs, self.episode_start)
+                if "_episode" in info:
+                    records.append(episode_records(info["episode"], np.flatnonzero(info["_episode"])))
         return np.concatenate(records) if records else np.zeros((0, len(EPISODE_FIELDS)))
 
     def finish(self) -> RolloutBatch:
