@@ -45,10 +45,12 @@ def sample_actions(logits: Tensor, generator: torch.Generator, check_on_device: 
     check that can fail on a softmax (a non-finite probability, from a NaN or +inf logit) is
     made on the host, in NumPy, where it costs no torch op.
 
-    On a GPU, ``torch.multinomial``'s check is a device-side assert that leaves the CUDA
-    context unusable, so there (``check_on_device``) finiteness is tested on the device, a
-    non-finite policy samples from uniform stand-in logits instead (never sent to the envs),
-    and the flag comes back in the same device -> host copy as the actions.
+    On a GPU (``check_on_device``) the draw is the same race, so a GPU's draws too are
+    ``torch.multinomial``'s, bit for bit (``bench/gpu_sampler.py`` checks it on the device),
+    without its ten or so kernels of input checks. Finiteness is tested on the device instead
+    of with an assert that would leave the CUDA context unusable: a non-finite policy samples
+    from uniform stand-in logits (never sent to the envs), and the flag comes back in the same
+    device -> host copy as the actions.
     """
     if not check_on_device:
         probs = logits.softmax(-1)  # [N, A]
@@ -58,9 +60,10 @@ def sample_actions(logits: Tensor, generator: torch.Generator, check_on_device: 
         race = torch.empty_like(probs).exponential_(1.0, generator=generator)  # [N, A]
         actions = torch.div(probs, race, out=race).argmax(-1)  # [N]
         return actions, actions.numpy()
-    finite = torch.isfinite(logits).all()
-    safe = torch.where(finite, logits, torch.zeros_like(logits))
-    actions = torch.multinomial(safe.softmax(-1), 1, generator=generator).squeeze(-1)
+    finite = torch.isfinite(logits).all()  # [] on the device
+    probs = torch.where(finite, logits, 0.0).softmax(-1)  # [N, A]
+    race = torch.empty_like(probs).exponential_(1.0, generator=generator)  # [N, A]
+    actions = torch.div(probs, race, out=race).argmax(-1)  # [N]
     host = torch.cat([actions, finite.long().view(1)]).cpu().numpy()  # the step's one device -> host copy
     if not host[-1]:
         raise TrainingError(f"the policy gave non-finite outputs after update {update}; {NON_FINITE_ADVICE}")
