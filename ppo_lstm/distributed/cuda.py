@@ -11,7 +11,12 @@ Numerics (:func:`configure_numerics`), set in every GPU worker before its first 
   convolution ``fp32_precision``, and raises "a mix of the legacy and new APIs" when
   they differ;
 - with ``--deterministic`` (the default), cuBLAS and cuDNN use deterministic algorithms,
-  so ranks that run the same update on the same batch stay bitwise equal.
+  so ranks that run the same update on the same batch stay bitwise equal;
+- ``torch.utils.deterministic.fill_uninitialized_memory`` is off. Deterministic mode
+  turns it on, and then every ``torch.empty`` is filled with NaN before use: a debugging
+  aid that costs about 130 fill kernels per gradient step here (``bench/gpu_profile.py``).
+  No op of the training loop reads memory it has not written, so results stay bitwise
+  repeatable without it (``tests/distributed/test_cuda.py`` checks two runs).
 """
 from __future__ import annotations
 
@@ -52,6 +57,7 @@ def configure_numerics(deterministic: bool) -> None:
     torch.backends.cudnn.benchmark = False
     # warn_only: an op without a deterministic CUDA kernel warns instead of stopping the run
     torch.use_deterministic_algorithms(deterministic, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
 
 
 def numerics_settings() -> dict[str, Any]:
@@ -64,6 +70,7 @@ def numerics_settings() -> dict[str, Any]:
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+        "fill_uninitialized_memory": bool(torch.utils.deterministic.fill_uninitialized_memory),  # type: ignore[attr-defined]
     }
 
 
@@ -75,6 +82,7 @@ def restore_numerics(settings: dict[str, Any]) -> None:
     torch.backends.cudnn.benchmark = settings["cudnn_benchmark"]
     torch.use_deterministic_algorithms(settings["deterministic_algorithms"],
                                        warn_only=settings["deterministic_warn_only"])
+    torch.utils.deterministic.fill_uninitialized_memory = settings["fill_uninitialized_memory"]  # type: ignore[attr-defined]
 
 
 def require_bf16(device: torch.device) -> None:

@@ -9,7 +9,7 @@
  - A non-finite policy raises the usual TrainingError and leaves the CUDA context usable.
  - Under --autocast bf16 the update's LSTM runs in bfloat16, everything stored in float32.
  - A short training run on 1 GPU (and on 2 with NCCL, when there are 2); its checkpoints
-   hold only CPU tensors; resume GPU -> CPU and CPU -> GPU finish with one warning line.
+   hold only CPU tensors; two runs with one seed end bitwise equal; resume GPU -> CPU and CPU -> GPU finish with one warning line.
 """
 from __future__ import annotations
 
@@ -207,6 +207,26 @@ def test_single_gpu_run_and_its_checkpoints_hold_only_cpu_tensors(cwd):
         out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60,
                              env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
         assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.e2e
+def test_two_gpu_runs_with_one_seed_end_bitwise_equal(tmp_path):
+    """Deterministic mode without the NaN fill of fresh memory (configure_numerics) still
+    repeats a run bit for bit: weights and Adam state."""
+    saved = []
+    for name in ("first", "second"):
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        result = run_cli(run_dir, *TINY_CUDA, "--episodes", "6", timeout=240)
+        assert result.returncode == 0, result.output
+        checkpoints = run_dir / "checkpoints"
+        saved.append(load_state(checkpoints / (checkpoints / "latest").read_text().strip()))
+    assert_models_equal(saved[0]["model"], saved[1]["model"])
+    first, second = saved[0]["optimizer"]["state"], saved[1]["optimizer"]["state"]
+    assert first.keys() == second.keys()
+    for key in first:
+        for name in first[key]:
+            assert torch.equal(first[key][name], second[key][name]), (key, name)
 
 
 @pytest.mark.e2e

@@ -202,6 +202,7 @@ def test_gpu_numerics_are_ieee_float32_and_deterministic(monkeypatch):
         now = cuda_setup.numerics_settings()
         assert now["cudnn_rnn_fp32_precision"] == "ieee" and now["matmul_fp32_precision"] == "ieee"
         assert now["cudnn_deterministic"] and not now["cudnn_benchmark"] and now["deterministic_algorithms"]
+        assert not now["fill_uninitialized_memory"]  # no NaN fill of every torch.empty
         import os
         assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
         cuda_setup.configure_numerics(deterministic=False)
