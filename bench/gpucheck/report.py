@@ -65,7 +65,8 @@ def render(report: dict[str, Any], plan: Plan) -> str:
     """The markdown tables and the JSON line; every section shows what its phase gave,
     an error included."""
     gpu = "CPU (standing in for the GPU)" if plan.rehearsal else "GPU"
-    command = "python bench/gpu_check.py" + (" --rehearse-on-cpu" if plan.rehearsal else "")
+    command = ("python bench/gpu_check.py" + (" --rehearse-on-cpu" if plan.rehearsal else "")
+               + (" --skip-tests" if plan.skip_tests else ""))
     title = "GPU check, CPU rehearsal" if plan.rehearsal else "GPU check"
     lines = [f"# {title}: {report['gpu']} x{report['gpus']}, driver {report['driver']}, torch {report['torch']}, "
              f"CUDA {report['cuda']}, cuDNN {report['cudnn']}, NCCL {report['nccl']}",

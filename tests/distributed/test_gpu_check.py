@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import signal
 import subprocess
 import sys
@@ -174,3 +175,14 @@ def test_the_report_so_far_is_written_after_every_phase(tmp_path):
     assert seen[0]["first"] == {"ok": True, "value": 1} and "second" not in seen[0]
     final = json.loads(partial.read_text())
     assert final["second"]["error"].startswith("RuntimeError") and report["failed"] == ["second"]
+
+
+@pytest.mark.parametrize("skip_tests", [False, True])
+def test_the_report_names_the_command_that_ran(skip_tests):
+    plan = replace(Plan(), skip_tests=skip_tests)
+    def failed():
+        raise ValueError("not run")
+
+    report = gpu_check.measure(plan, [(name, failed) for name in SECTIONS], GPU)
+    expected = "python bench/gpu_check.py --skip-tests" if skip_tests else "python bench/gpu_check.py"
+    assert f"Command: `{expected}`" in render(report, plan).splitlines()
