@@ -6,14 +6,14 @@ LSTM 64), and the project's own ``RolloutCollector`` and agent. It times:
 
 * **parts**: one rollout step's parts in the order ``RolloutCollector.collect`` runs them,
   in one loop (:func:`timed_collect`, the same code with a clock read between parts):
-  the staged rewards (``_store_rewards``), the policy step (``agent.step``), sampling
+  the staged rewards (``_store_rewards``), the policy step (``agent.step_cell``), sampling
   (``sample_actions``), the log-prob, the buffer writes (``buffer.add``), the env step
   (``VectorTradingEnv.step``), and the staging writes and episode records; ``rest`` is the
   window's time that no part holds (the staging upload, the loop, the clock);
 * **collect()** itself, uninstrumented, alternating with the timed copy (the clock's cost);
 * **finish()** per rollout (the last rewards, the bootstrap value, GAE, the hand-over copies);
 * **alternation**: the env step in a loop of env steps alone (random actions) and the
-  step's torch work (``agent.step``, sampling, log-prob, ``buffer.add``: :func:`policy_step`)
+  step's torch work (``agent.step_cell``, sampling, log-prob, ``buffer.add``: :func:`policy_step`)
   in a loop of it alone, against the two alternating in one loop (the policy's actions to the env,
   the env's observations staged for the policy), the three loops interleaved window by window;
 * **alternation controls**: the env step alternating with other work instead of the policy's
@@ -78,15 +78,15 @@ def timed_collect(c: RolloutCollector, update: int, ns: dict[str, int]) -> np.nd
     stage.put_inputs(c.obs, c.episode_start)
     weights = c.agent.step_weights()
     obs, starts = stage.obs, stage.starts
+    h, cell = c.lstm_state[0][0], c.lstm_state[1][0]
     with torch.no_grad():
         for t in range(c.steps):
             stage.upload()
             t0 = clock()
             if t > 0:
-                c._store_rewards(t - 1)
+                c._store_rewards(t - 1, h, cell)
             t1 = clock()
-            logits, values, c.lstm_state = c.agent.step(obs, c.lstm_state, starts, bool(c.episode_start.any()),
-                                                        weights)
+            logits, values, h, cell = c.agent.step_cell(obs, h, cell, starts, bool(c.episode_start.any()), weights)
             t2 = clock()
             actions, host_actions = sample_actions(logits, c.sample_generator, c.check_on_device, update)
             t3 = clock()
@@ -105,18 +105,23 @@ def timed_collect(c: RolloutCollector, update: int, ns: dict[str, int]) -> np.nd
             t7 = clock()
             for part, a, b in zip(PARTS, (t0, t1, t2, t3, t4, t5, t6), (t1, t2, t3, t4, t5, t6, t7)):
                 ns[part] += b - a
+    c.lstm_state = (h[None], cell[None])
+    if not bool(torch.isfinite(c.buffer.log_probs).all()):
+        raise RuntimeError(f"the policy gave non-finite outputs after update {update}")
     out = np.concatenate(records) if records else np.zeros((0, len(EPISODE_FIELDS)))
     ns["window"] += clock() - start
     return out
 
 
-def policy_step(c: RolloutCollector, t: int, weights: StepWeights) -> np.ndarray:
-    """The rollout step's torch work as ``collect`` does it (agent.step, sampling, log-prob,
-    buffer.add) on the staged inputs, with the rollout's ``weights``; the host actions. Call it
-    under ``torch.no_grad()``, as ``collect`` runs its loop."""
+def policy_step(c: RolloutCollector, t: int, weights: StepWeights, state: list[torch.Tensor]) -> np.ndarray:
+    """The rollout step's torch work as ``collect`` does it (agent.step_cell, sampling, log-prob,
+    buffer.add) on the staged inputs, with the rollout's ``weights`` and LSTM ``state`` ``[h, c]``
+    (each ``[N, H]``, replaced in place); the host actions. Call it under ``torch.no_grad()``,
+    as ``collect`` runs its loop."""
     stage = c.staging
     obs, starts = stage.obs, stage.starts
-    logits, values, c.lstm_state = c.agent.step(obs, c.lstm_state, starts, bool(c.episode_start.any()), weights)
+    logits, values, state[0], state[1] = c.agent.step_cell(obs, state[0], state[1], starts,
+                                                           bool(c.episode_start.any()), weights)
     actions, host_actions = sample_actions(logits, c.sample_generator, c.check_on_device, 0)
     log_probs = logits.log_softmax(-1).gather(-1, actions[:, None])[:, 0]
     c.buffer.add(t, obs, starts, actions, log_probs, values)
@@ -128,11 +133,12 @@ def alternation_window(c: RolloutCollector, mode: str, actions: np.ndarray) -> t
     alone, ``actions`` [T, N]), "policy" (policy steps alone) or "both" (alternating)."""
     env_ns = policy_ns = 0
     weights = c.agent.step_weights()
+    state = [c.lstm_state[0][0], c.lstm_state[1][0]]
     with torch.no_grad():  # once per window, as collect() does
         for t in range(c.steps):
             if mode != "env":
                 tic = clock()
-                host_actions = policy_step(c, t, weights)
+                host_actions = policy_step(c, t, weights, state)
                 policy_ns += clock() - tic
             if mode != "policy":
                 step_actions = actions[t] if mode == "env" else host_actions
@@ -143,6 +149,7 @@ def alternation_window(c: RolloutCollector, mode: str, actions: np.ndarray) -> t
             else:  # no env: no episode starts after the first step (as in most steps of the other loops)
                 c.episode_start = np.zeros_like(c.episode_start)
             c.staging.put_inputs(c.obs, c.episode_start)  # untimed: the policy's next inputs
+    c.lstm_state = (state[0][None], state[1][None])
     return env_ns, policy_ns
 
 

@@ -178,12 +178,20 @@ class RecurrentActorCritic(nn.Module):
         modules, without their per-call Python): several times cheaper per step than ``nn.LSTM``
         on the CPU, and equal to :meth:`forward` up to float rounding.
         """
+        logits, values, h, c = self.step_cell(obs, state[0][0], state[1][0], episode_starts, any_start, weights)
+        return logits, values, (h[None], c[None])
+
+    def step_cell(self, obs: Tensor, h: Tensor, c: Tensor, episode_starts: Tensor,
+                  any_start: Optional[bool] = None,
+                  weights: Optional[StepWeights] = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """:meth:`step` with the state as ``h``, ``c`` ``[B, H]`` (no layer dimension), in and
+        out: for a loop of steps (the rollout), which then makes no view of the state per step.
+        Returns logits ``[B, A]``, values ``[B]``, ``h``, ``c`` ``[B, H]``; bit for bit :meth:`step`."""
         w = self.step_weights() if weights is None else weights
-        h, c = state[0][0], state[1][0]  # [B, H]
         if any_start is not False:
             keep = (1.0 - episode_starts.to(obs.dtype)).view(-1, 1)  # [B, 1]
             h, c = h * keep, c * keep
         features = torch.tanh(F.linear(torch.tanh(F.linear(obs, w.encoder_1, w.encoder_1_bias)), w.encoder_2,
                                        w.encoder_2_bias))  # [B, hidden]
         h, c = torch.lstm_cell(features, (h, c), w.lstm_ih, w.lstm_hh, w.lstm_ih_bias, w.lstm_hh_bias)
-        return (F.linear(h, w.policy, w.policy_bias), F.linear(h, w.value, w.value_bias)[:, 0], (h[None], c[None]))
+        return F.linear(h, w.policy, w.policy_bias), F.linear(h, w.value, w.value_bias)[:, 0], h, c

@@ -36,14 +36,17 @@ NON_FINITE_ADVICE = ("lower --learning-rate-actor/--learning-rate-critic or --ma
 def sample_actions(logits: Tensor, generator: torch.Generator, check_on_device: bool, update: int) -> tuple[Tensor,
                                                                                                         np.ndarray]:
     """Sample one action per env from ``logits`` ``[N, A]``: ``(actions on the device [N],
-    the same on the host [N])``; a :class:`TrainingError` if a probability is not finite.
+    the same on the host [N])``.
 
-    On the CPU the draw is ``torch.multinomial(probs, 1)``'s own, bit for bit and with the
-    same use of ``generator``: the index of the largest ``probs / q``, ``q ~ Exp(1)`` (the
-    exponential race), made in four ops (``empty_like``, ``exponential_``, ``div``, ``argmax``)
-    where ``torch.multinomial`` makes about thirty, most of them checks of its input. The one
-    check that can fail on a softmax (a non-finite probability, from a NaN or +inf logit) is
-    made on the host, in NumPy, where it costs no torch op.
+    The draw is ``torch.multinomial(probs, 1)``'s own, bit for bit and with the same use of
+    ``generator``: the index of the largest ``probs / q``, ``q ~ Exp(1)`` (the exponential
+    race), made in four ops (``empty_like``, ``exponential_``, ``div``, ``argmax``) where
+    ``torch.multinomial`` makes about thirty, most of them checks of its input.
+
+    On the CPU nothing is checked here: a row with a non-finite probability (from a NaN or
+    +inf logit) still gives a valid action index, and its log-probability is then NaN or
+    -inf, never finite. :meth:`RolloutCollector.collect` checks the rollout's stored
+    log-probs once at its end and raises the :class:`TrainingError` there.
 
     On a GPU (``check_on_device``) the draw is the same race, so a GPU's draws too are
     ``torch.multinomial``'s, bit for bit (``bench/gpu_sampler.py`` checks it on the device),
@@ -54,9 +57,6 @@ def sample_actions(logits: Tensor, generator: torch.Generator, check_on_device: 
     """
     if not check_on_device:
         probs = logits.softmax(-1)  # [N, A]
-        if not np.isfinite(probs.numpy()).all():
-            raise TrainingError(f"the policy gave non-finite outputs after update {update} (a probability "
-                                f"is NaN or infinite); {NON_FINITE_ADVICE}")
         race = torch.empty_like(probs).exponential_(1.0, generator=generator)  # [N, A]
         actions = torch.div(probs, race, out=race).argmax(-1)  # [N]
         return actions, actions.numpy()
@@ -117,13 +117,14 @@ class RolloutCollector:
         stage.put_inputs(self.obs, self.episode_start)
         weights = self.agent.step_weights()  # fetched once: the parameters do not change in a rollout
         obs, starts = stage.obs, stage.starts  # [N, D], [N]: the staged inputs, rewritten every step
+        h, c = self.lstm_state[0][0], self.lstm_state[1][0]  # [N, H]: no layer dimension inside the loop
         with torch.no_grad():  # once for the rollout (the env's NumPy is indifferent to it)
             for t in range(self.steps):
                 stage.upload()
                 if t > 0:
-                    self._store_rewards(t - 1)
-                logits, values, self.lstm_state = self.agent.step(
-                    obs, self.lstm_state, starts, bool(self.episode_start.any()), weights)  # [N, A], [N]
+                    self._store_rewards(t - 1, h, c)
+                logits, values, h, c = self.agent.step_cell(
+                    obs, h, c, starts, bool(self.episode_start.any()), weights)  # [N, A], [N], [N, H], [N, H]
                 actions, host_actions = sample_actions(logits, self.sample_generator, self.check_on_device, update)
                 log_probs = logits.log_softmax(-1).gather(-1, actions[:, None])[:, 0]  # [N]
                 self.buffer.add(t, obs, starts, actions, log_probs, values)
@@ -134,6 +135,10 @@ class RolloutCollector:
                 stage.put_inputs(self.obs, self.episode_start)
                 if "_episode" in info:
                     records.append(episode_records(info["episode"], np.flatnonzero(info["_episode"])))
+        self.lstm_state = (h[None], c[None])  # ([1, N, H], [1, N, H])
+        if not self.check_on_device and not bool(torch.isfinite(self.buffer.log_probs).all()):
+            raise TrainingError(f"the policy gave non-finite outputs after update {update} (a probability "
+                                f"is NaN or infinite); {NON_FINITE_ADVICE}")
         return np.concatenate(records) if records else np.zeros((0, len(EPISODE_FIELDS)))
 
     def finish(self) -> RolloutBatch:
@@ -141,23 +146,23 @@ class RolloutCollector:
         of the observation after it."""
         self.staging.upload()
         with torch.no_grad():
-            self._store_rewards(self.steps - 1)
+            self._store_rewards(self.steps - 1, self.lstm_state[0][0], self.lstm_state[1][0])
             _, values, _ = self.agent(self.staging.obs[None], self.lstm_state, self.staging.starts[None])
         return self.buffer.finish(values[0], self.staging.starts, self.config.gamma, self.config.gae_lambda)
 
-    def _store_rewards(self, t: int) -> None:
+    def _store_rewards(self, t: int, h: Tensor, c: Tensor) -> None:
         """Step ``t``'s rewards from the staging buffer into the rollout buffer, plus
         gamma * V(final obs) where the time limit cut an episode (valued with the LSTM
-        state after step ``t``, which :attr:`lstm_state` still holds)."""
+        state after step ``t``: ``h``, ``c`` ``[N, H]``)."""
         rewards = self.buffer.rewards[t]
         rewards.copy_(self.staging.rewards)
         if self.staging.cut_count:
-            rewards += self.config.gamma * self._final_values(*self.staging.cut())
+            rewards += self.config.gamma * self._final_values(*self.staging.cut(), h, c)
 
-    def _final_values(self, index: Tensor, final_obs: Tensor) -> Tensor:
-        """``[N]`` values of the final observations ``[k, D]`` of envs ``index`` ``[k]``, 0 elsewhere."""
-        h, c = self.lstm_state
-        _, values, _ = self.agent(final_obs[None], (h[:, index], c[:, index]),
+    def _final_values(self, index: Tensor, final_obs: Tensor, h: Tensor, c: Tensor) -> Tensor:
+        """``[N]`` values of the final observations ``[k, D]`` of envs ``index`` ``[k]``, 0 elsewhere,
+        each valued with its env's LSTM state in ``h``, ``c`` ``[N, H]``."""
+        _, values, _ = self.agent(final_obs[None], (h[None, index], c[None, index]),
                                   torch.zeros(1, len(index), device=self.device))
         out = torch.zeros(self.num_envs, device=self.device)
         out[index] = values[0]

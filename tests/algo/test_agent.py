@@ -153,6 +153,25 @@ def test_step_with_held_weights_is_bitwise_the_plain_step_and_sees_in_place_upda
         assert not torch.equal(agent.step(obs, state, starts)[0], plain[0])  # the update changed the outputs
 
 
+def test_step_cell_is_bitwise_step_without_the_layer_dimension():
+    """The rollout's loop steps ``[N, H]`` states through :meth:`step_cell`: bit for bit
+    :meth:`step`'s outputs and state, over steps with and without episode starts."""
+    torch.manual_seed(5)
+    agent = RecurrentActorCritic(obs_dim=5, num_actions=3, hidden_size=8, lstm_size=8)
+    obs, starts = torch.randn(6, 4, 5), torch.zeros(6, 4)
+    starts[0], starts[3, 2] = 1, 1
+    state = (torch.randn(1, 4, 8), torch.randn(1, 4, 8))
+    h, c = state[0][0], state[1][0]
+    with torch.no_grad():
+        for t in range(6):
+            any_start = bool(starts[t].any())
+            logits, values, state = agent.step(obs[t], state, starts[t], any_start)
+            cell_logits, cell_values, h, c = agent.step_cell(obs[t], h, c, starts[t], any_start)
+            assert h.shape == c.shape == (4, 8)
+            assert torch.equal(logits, cell_logits) and torch.equal(values, cell_values)
+            assert torch.equal(state[0][0], h) and torch.equal(state[1][0], c)
+
+
 def test_replay_from_stored_state_reproduces_rollout_log_probs(tmp_path):
     """The first minibatch of an update sees ratio 1: replaying each env sequence from
     the stored initial (h, c) with done-masking gives the rollout's log-probs."""

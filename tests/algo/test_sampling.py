@@ -4,8 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from ppo_lstm.algo.rollout import sample_actions
+from ppo_lstm.algo.rollout import RolloutCollector, sample_actions
+from ppo_lstm.config import TrainConfig
 from ppo_lstm.errors import TrainingError
+from ppo_lstm.train.build import build_agent
 
 
 @pytest.mark.parametrize("envs,actions", [(8, 3), (1, 3), (33, 7)])
@@ -25,12 +27,32 @@ def test_cpu_draws_are_torch_multinomials_with_the_same_generator_use(envs, acti
     assert torch.equal(ours.get_state(), theirs.get_state())  # the stream goes on the same way
 
 
-@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
-def test_a_non_finite_probability_raises_the_training_error(bad):
+@pytest.mark.parametrize("bad", ["nan", "inf", "all -inf"])
+def test_host_path_gives_a_valid_action_whose_log_prob_is_not_finite_on_a_non_finite_row(bad):
+    """What the rollout's once-per-rollout check relies on: a row whose probabilities are not
+    finite still yields an action index, and that action's log-prob is never finite."""
     logits = torch.zeros(4, 3)
-    logits[2, 1] = bad
+    if bad == "all -inf":
+        logits[2] = float("-inf")
+    else:
+        logits[2, 1] = float(bad)
+    actions, host = sample_actions(logits, torch.Generator().manual_seed(0), False, 7)
+    assert ((0 <= host) & (host < 3)).all() and np.array_equal(host, actions.numpy())
+    log_probs = logits.log_softmax(-1).gather(-1, actions[:, None])[:, 0]
+    assert torch.isfinite(log_probs).tolist() == [True, True, False, True]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_rollout_of_a_non_finite_policy_raises_the_training_error(bad):
+    config = TrainConfig(num_envs=3)
+    torch.manual_seed(0)
+    agent = build_agent(config)
+    collector = RolloutCollector(config, agent, 0, 8, torch.device("cpu"), None)
+    collector.collect(6)  # a finite policy: no error
+    with torch.no_grad():
+        agent.policy_head.bias[1] = bad
     with pytest.raises(TrainingError, match="non-finite outputs after update 7 .*--learning-rate-actor"):
-        sample_actions(logits, torch.Generator().manual_seed(0), False, 7)
+        collector.collect(7)
 
 
 @pytest.mark.parametrize("envs,actions", [(8, 3), (1, 3), (33, 7)])

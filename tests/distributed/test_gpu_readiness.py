@@ -112,9 +112,8 @@ def test_device_side_finiteness_check_raises_the_training_error():
     for bad in (float("nan"), float("inf")):
         poisoned = logits.clone()
         poisoned[1, 2] = bad
-        for check_on_device in (True, False):
-            with pytest.raises(TrainingError, match="non-finite outputs after update 3"):
-                sample_actions(poisoned, torch.Generator().manual_seed(0), check_on_device, 3)
+        with pytest.raises(TrainingError, match="non-finite outputs after update 3"):
+            sample_actions(poisoned, torch.Generator().manual_seed(0), True, 3)
 
 
 def test_staged_rollout_is_bit_for_bit_the_values_of_plain_tensors():
