@@ -16,6 +16,12 @@ LSTM 64), and the project's own ``RolloutCollector`` and agent. It times:
   step's torch work (``agent.step_cell``, sampling, log-prob, ``buffer.add``: :func:`policy_step`)
   in a loop of it alone, against the two alternating in one loop (the policy's actions to the env,
   the env's observations staged for the policy), the three loops interleaved window by window;
+  The same loop of ``bench/loop_floor.py``'s bare calls (:func:`bare_rollout`), interleaved
+  with them, gives the torch work's floor in the same conditions, alone and with the env
+  step in its loop (the floor of a one-thread rollout);
+* **after an update**: ``collect()`` + ``finish()`` right after another rollout, and right
+  after an update's work (``bench/loop_floor.py``'s gradient floor: an agent built, then its
+  E x M gradient steps), alternating: what the trainer's rollout pays for following an update;
 * **alternation controls**: the env step alternating with other work instead of the policy's
   torch work: one small torch op repeated, a sweep over 4 MiB of NumPy data, and Python
   arithmetic (:func:`control_works`), in the same interleaving. Which kind of work slows the
@@ -49,6 +55,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.loop_floor import bare_rollout, gradient_floor, train_config  # noqa: E402
 from ppo_lstm.algo.agent import StepWeights  # noqa: E402
 from ppo_lstm.algo.episodes import EPISODE_FIELDS, episode_records  # noqa: E402
 from ppo_lstm.algo.rollout import RolloutCollector, sample_actions  # noqa: E402
@@ -218,8 +225,15 @@ def measure(config: TrainConfig, windows: int) -> dict[str, dict[str, dict[str, 
         c.finish()
         finish.append((clock() - tic) / 1e3)
 
-    alt = {k: [] for k in ("env step alone", "env step alternating", "torch work alone", "torch work alternating")}
+    alt = {k: [] for k in ("env step alone", "env step alternating", "torch work alone", "torch work alternating",
+                           "the floor's bare calls alone", "the floor's bare calls and the env step, one loop")}
     envs = {mode: make_collector(config) for mode in ("env", "policy", "both")}
+    floor = make_collector(config)  # its agent and staged inputs, for bench/loop_floor.py's bare rollout
+    floor_env = make_collector(config)  # its agent and env, for the bare rollout with the env step in its loop
+    floor_buffers = {name: torch.zeros(T, config.num_envs)
+                     for name in ("starts", "actions", "log_probs", "values", "rewards")}
+    floor_buffers["obs"] = torch.zeros(T, config.num_envs, config.env.obs_dim)
+    floor_generator = torch.Generator().manual_seed(0)
     works = control_works()
     controls: dict[str, list[float]] = {}
     control_envs = {name: make_collector(config) for name in works}
@@ -232,11 +246,31 @@ def measure(config: TrainConfig, windows: int) -> dict[str, dict[str, dict[str, 
                 alt["env step alone" if mode == "env" else "env step alternating"].append(env_ns / T / 1e3)
             if mode != "env":
                 alt["torch work alone" if mode == "policy" else "torch work alternating"].append(policy_ns / T / 1e3)
+        seconds = bare_rollout(floor.agent, floor.staging.obs, floor.staging.starts, floor_buffers, floor_generator, T)
+        alt["the floor's bare calls alone"].append(seconds / T * 1e6)
+        seconds = bare_rollout(floor_env.agent, torch.from_numpy(floor_env.obs), floor_env.staging.starts,
+                               floor_buffers, floor_generator, T, floor_env.env)
+        alt["the floor's bare calls and the env step, one loop"].append(seconds / T * 1e6)
         for name, work in works.items():
             actions = rng.integers(0, config.env.num_actions, size=(T, config.num_envs))
             env_ns, work_ns = control_window(control_envs[name], work, actions)
             controls.setdefault(f"env step after {name}", []).append(env_ns / T / 1e3)
             controls.setdefault(f"{name}, its own time", []).append(work_ns / T / 1e3)
+    after: dict[str, list[float]] = {"collect() + finish() after a rollout": [],
+                                     "collect() + finish() after an update's work": []}
+    update_config = train_config(T, T * config.num_envs, "unused")  # the same sizes; no run, so no files
+    c = make_collector(config)
+    for update in range(windows):
+        for name, samples in after.items():
+            if name.endswith("rollout"):
+                c.collect(update)
+                c.finish()
+            else:  # bench/loop_floor.py's gradient floor: an agent built, then E x M gradient steps
+                gradient_floor(update_config, T, rounds=1)
+            tic = clock()
+            c.collect(update)
+            c.finish()
+            samples.append((clock() - tic) / T / 1e3)
     empty = []
     for _ in range(10_000):
         tic = clock()
@@ -245,6 +279,7 @@ def measure(config: TrainConfig, windows: int) -> dict[str, dict[str, dict[str, 
             "finish": {"finish() per rollout": quick_and_median(finish)},
             "alternation": {k: quick_and_median(v) for k, v in alt.items()},
             "alternation controls": {k: quick_and_median(v) for k, v in controls.items()},
+            "after an update": {k: quick_and_median(v) for k, v in after.items()},
             "clock": {"empty clock pair": quick_and_median([e / 1e3 for e in empty])}}
 
 
@@ -259,8 +294,9 @@ def main() -> None:
     headings = {"parts": f"rollout step's parts, in collect()'s order (us per policy step of {config.num_envs} envs)",
                 "finish": "per rollout (us)",
                 "alternation": f"alternation (us per policy step of {config.num_envs} envs; torch work: policy step, "
-                               "sampling, log-prob, buffer writes)",
+                               "sampling, log-prob, buffer writes; the floor: bench/loop_floor.py's bare calls)",
                 "alternation controls": "the env step alternating with other work (us per policy step)",
+                "after an update": "a rollout after a rollout, and after an update's work (us per policy step)",
                 "clock": "the clock (us)"}
     width = max(map(len, headings.values()))
     for group, rows in result.items():

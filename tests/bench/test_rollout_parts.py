@@ -31,7 +31,10 @@ def test_measure_reports_every_row():
     result = measure(TrainConfig(progress=False), windows=2)
     assert set(result["parts"]) == {*PARTS, "rest", "timed window", "collect()"}
     assert set(result["alternation"]) == {"env step alone", "env step alternating", "torch work alone",
-                                          "torch work alternating"}
+                                          "torch work alternating", "the floor's bare calls alone",
+                                          "the floor's bare calls and the env step, one loop"}
+    assert set(result["after an update"]) == {"collect() + finish() after a rollout",
+                                              "collect() + finish() after an update's work"}
     controls = ("one torch op x60", "a 4 MiB NumPy sweep", "Python arithmetic")
     assert set(result["alternation controls"]) == {f"env step after {name}" for name in controls} | {
         f"{name}, its own time" for name in controls}
