@@ -2,13 +2,14 @@
 
 The public API (imported lazily: ``import ppo_lstm`` does not import torch)::
 
-    from ppo_lstm import TrainConfig, load_policy, backtest_history, backtest_simulated, TradingPolicy
+    from ppo_lstm import TrainConfig, load_policy, backtest_history, backtest_simulated, TradingPolicy, state_lock
 
 - ``TrainConfig`` (``ppo_lstm.config``): every training setting, the flags are built from it;
 - ``load_policy`` (``ppo_lstm.evaluation.cli``): a checkpoint's agent and its TrainConfig;
 - ``backtest_history`` / ``backtest_simulated`` (``ppo_lstm.evaluation.backtest``): a policy
   bar for bar on a price file, or on fresh simulated episodes;
-- ``TradingPolicy`` / ``Decision`` (``ppo_lstm.deploy.policy``): a trained policy fed one bar at a time.
+- ``TradingPolicy`` / ``Decision`` (``ppo_lstm.deploy.policy``): a trained policy fed one bar at a time;
+- ``state_lock`` (``ppo_lstm.deploy.state``): one process at a time on a policy's state file.
 
 Sub-packages: ``algo`` (agent, rollout, PPO), ``train`` (trainer, workers), ``rundir``
 (checkpoints, lock, logs), ``evaluation`` (backtests, reports), ``deploy`` (streaming
@@ -29,6 +30,7 @@ _EXPORTS = {
     "backtest_simulated": "ppo_lstm.evaluation.backtest",
     "TradingPolicy": "ppo_lstm.deploy.policy",
     "Decision": "ppo_lstm.deploy.policy",
+    "state_lock": "ppo_lstm.deploy.state",
 }
 __all__ = [*_EXPORTS, "__version__"]
 
