@@ -105,7 +105,6 @@ def test_command_line_overrides_the_file_and_the_note_says_which(tmp_path):
     assert parse_command_line(["--seed", "9"]).note is None
 
 
-@pytest.mark.e2e
 def test_print_config_round_trips(tmp_path):
     flags = [*TINY, "--target-kl", "0.015", "--no-anneal-lr", "--num-gpus", "3", "--autocast", "bf16",
              "--data", "prices.csv", "--date-format", "%d.%m.%Y", "--data-start", "2020-01-01", "--no-short",
@@ -158,7 +157,6 @@ BAD_FILES = [
 ]
 
 
-@pytest.mark.e2e
 @pytest.mark.parametrize("name, text, message", BAD_FILES, ids=[m[:40] for _, _, m in BAD_FILES])
 def test_a_bad_file_is_one_line_exit_2(cwd, name, text, message):
     (cwd / name).write_bytes(text if isinstance(text, bytes) else text.encode())
@@ -169,7 +167,6 @@ def test_a_bad_file_is_one_line_exit_2(cwd, name, text, message):
     assert not (cwd / "checkpoints").exists()
 
 
-@pytest.mark.e2e
 @pytest.mark.parametrize("make, message", [
     (lambda cwd: "missing.yaml", "missing.yaml: cannot read the config file (No such file or directory)"),
     (lambda cwd: (cwd / "folder.yaml").mkdir() or "folder.yaml", "folder.yaml: cannot read the config file"),

@@ -131,7 +131,6 @@ def test_steps_per_env_unit():
     assert "\n" not in message
 
 
-@pytest.mark.e2e
 def test_update_interval_not_dividing_exits_2(cwd):
     result = cli_in_process(cwd, *TINY, *SPAWN2, "--update-interval", "30", "--episodes", "4")
     assert result.returncode == 2

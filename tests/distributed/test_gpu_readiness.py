@@ -242,7 +242,6 @@ def test_worker_gpu_index_refuses_too_few_gpus(local_rank, visible):
     assert f"{visible} GPU" in str(err.value)
 
 
-@pytest.mark.e2e
 def test_torchrun_rank_beyond_the_visible_gpus_exits_2_with_one_line(cwd, monkeypatch):
     """In-process, as one torchrun worker (LOCAL_RANK 3) that sees 2 GPUs (device discovery stubbed)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -87,7 +87,6 @@ def test_spawned_cpu_workers_use_one_thread_each(spawned_default):
     assert startup_line(result.stdout) == "Workers: 2 on cpu (gloo), 1 torch thread each"
 
 
-@pytest.mark.e2e
 def test_zero_threads_is_one_line_exit_2(cwd):
     result = cli_in_process(cwd, *TINY, "--episodes", "2", "--threads", "0")
     assert result.returncode == 2
@@ -102,7 +101,6 @@ def more_gpus_than_visible() -> tuple[int, int]:
     return visible, visible + 3
 
 
-@pytest.mark.e2e
 @pytest.mark.parametrize("args", [
     ["--distributed", "--num-gpus"],
     ["--distributed", "--num-workers"],  # the same flag: under auto/cuda it counts GPUs
@@ -121,7 +119,6 @@ def test_more_gpus_than_visible_is_a_startup_error(cwd, args):
     assert not (cwd / "training.log").exists()
 
 
-@pytest.mark.e2e
 def test_explicit_cuda_without_gpu_names_the_cpu_alternative(cwd):
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is visible here")
@@ -132,7 +129,6 @@ def test_explicit_cuda_without_gpu_names_the_cpu_alternative(cwd):
                                     "--device cpu (with --num-workers N for N CPU workers)"]
 
 
-@pytest.mark.e2e
 def test_nccl_backend_on_cpu_is_a_startup_error(cwd):
     result = cli_in_process(cwd, *TINY, *SPAWN2, "--episodes", "2", "--backend", "nccl")
     assert result.returncode == 2

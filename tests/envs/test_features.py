@@ -201,7 +201,6 @@ def test_train_holdout_evaluate_and_resume_with_features(tmp_path):
     assert load_state(tmp_path / "checkpoints" / "checkpoint_u00000012.pt")["config"]["env"]["features"] == "sig,VOLUME"
 
 
-@pytest.mark.e2e
 def test_bad_feature_input_is_one_line_exit_2(tmp_path, capsys):
     from ppo_lstm.evaluation.cli import main as evaluate_main
 

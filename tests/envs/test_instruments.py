@@ -92,7 +92,6 @@ def test_one_cut_in_time_for_all_instruments(tmp_path):
         split_instruments(datas, TrainConfig(data=config.data, holdout=0.2, env=config.env))
 
 
-@pytest.mark.e2e
 def test_training_holdout_and_evaluate_on_several_instruments(tmp_path, capsys):
     from ppo_lstm.evaluation.cli import main as evaluate_main
 

@@ -143,7 +143,6 @@ def test_table_and_a_valid_png(trained: Path) -> None:
         image.verify()
 
 
-@pytest.mark.e2e
 def test_simulated_plot_and_trade_marks(in_trained: Path, capsys: pytest.CaptureFixture) -> None:
     pytest.importorskip("matplotlib")
     from PIL import Image
@@ -216,7 +215,6 @@ def error_of(capsys: pytest.CaptureFixture, *argv: str) -> str:
     return lines[0]
 
 
-@pytest.mark.e2e
 def test_bad_checkpoints(in_trained: Path, capsys: pytest.CaptureFixture) -> None:
     (in_trained / "empty").mkdir(exist_ok=True)
     (in_trained / "random.pt").write_bytes(np.random.default_rng(0).bytes(4096))
@@ -240,7 +238,6 @@ def test_bad_checkpoints(in_trained: Path, capsys: pytest.CaptureFixture) -> Non
         assert line.startswith("error: ") and reason in line, line
 
 
-@pytest.mark.e2e
 def test_bad_dates_and_flags(in_trained: Path, capsys: pytest.CaptureFixture) -> None:
     data = ["--checkpoint", "checkpoints", "--data", "prices.csv"]
     cases = [
@@ -268,7 +265,6 @@ def test_bad_dates_and_flags(in_trained: Path, capsys: pytest.CaptureFixture) ->
     assert "--episodes must be at least 1" in error_of(capsys, "--checkpoint", "checkpoints", "--episodes", "0")
 
 
-@pytest.mark.e2e
 def test_a_data_trained_checkpoint_needs_data_or_a_named_market(in_trained: Path, capsys: pytest.CaptureFixture
                                                                 ) -> None:
     line = error_of(capsys, "--checkpoint", "checkpoints", "--episodes", "2")
@@ -289,7 +285,6 @@ def test_bad_input_in_the_real_cli_is_one_line_without_traceback(trained: Path) 
     assert len(result.error_lines()) == 1 and result.stderr.startswith("error: --start 2021-01-01 is after")
 
 
-@pytest.mark.e2e
 def test_a_directory_uses_best_else_latest_and_the_latest_pointer_works(in_trained: Path,
                                                                          capsys: pytest.CaptureFixture) -> None:
     only_latest = in_trained / "only_latest"

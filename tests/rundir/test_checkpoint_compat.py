@@ -51,7 +51,6 @@ def _same_figures(got: object, expected: object) -> bool:
     return type(got) is type(expected) and got == expected
 
 
-@pytest.mark.e2e
 def test_a_pre_layout_run_dir_resumes(tmp_path: Path) -> None:
     shutil.copytree(OLD_RUN, tmp_path / "ck")
     result = cli_in_process(tmp_path, *TINY, "--episodes", "8", "--checkpoint-dir", "ck", "--resume")
@@ -61,7 +60,6 @@ def test_a_pre_layout_run_dir_resumes(tmp_path: Path) -> None:
     assert load_state(tmp_path / "ck" / "checkpoint_u00000004.pt")["counters"]["global_episodes"] == 8
 
 
-@pytest.mark.e2e
 def test_a_checkpoint_the_cli_writes_loads_through_the_public_api(tmp_path: Path) -> None:
     result = cli_in_process(tmp_path, *TINY, "--episodes", "4", "--checkpoint-dir", "ck")
     assert result.returncode == 0, result.output

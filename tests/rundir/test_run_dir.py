@@ -151,7 +151,6 @@ def test_layout_warning_only_when_the_layout_changed_and_only_once(cwd):
             "optimizer and counters restored; environments and per-rank RNG streams restarted") in resumed.stdout
 
 
-@pytest.mark.e2e
 def test_minibatch_of_one_transition_is_refused_at_start(cwd):
     result = cli_in_process(cwd, *TINY, "--update-interval", "8", "--num-envs", "8", "--minibatches", "8")
     assert result.returncode == 2
@@ -161,7 +160,6 @@ def test_minibatch_of_one_transition_is_refused_at_start(cwd):
     assert not (cwd / "checkpoints").exists()
 
 
-@pytest.mark.e2e
 def test_resume_and_overwrite_together_are_refused(cwd):
     result = cli_in_process(cwd, *TINY, "--resume", "--overwrite")
     assert result.returncode == 2 and len(result.error_lines()) == 1

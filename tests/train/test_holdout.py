@@ -111,7 +111,6 @@ def test_a_split_too_short_exits_2_before_anything_is_written(tmp_path):
     assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "training.log").exists()
 
 
-@pytest.mark.e2e
 @pytest.mark.parametrize("args, message", [
     (["--holdout", "1"], "--holdout must be a fraction within [0, 1), got 1.0"),
     (["--holdout", "-0.1"], "--holdout must be a fraction within [0, 1), got -0.1"),
@@ -192,7 +191,6 @@ def test_holdout_lines_metrics_best_and_a_summary_that_reproduces(tmp_path):
         float(with_holdout[best]["holdout_buy_and_hold_pct"]), abs=1e-5)
 
 
-@pytest.mark.e2e
 def test_simulated_holdout_reproduces_with_the_printed_command(tmp_path, capsys):
     from ppo_lstm.evaluation.cli import main as evaluate_main
 
