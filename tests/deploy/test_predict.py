@@ -22,8 +22,6 @@ from ppo_lstm import TradingPolicy
 from ppo_lstm.evaluation import cli as evaluate
 from ppo_lstm.deploy import predict
 
-pytestmark = pytest.mark.e2e
-
 START = "2021-02-01"
 
 
@@ -226,6 +224,7 @@ def test_bad_inputs_are_one_line_and_exit_2(run: Path, capsys: pytest.CaptureFix
     assert decide(capsys, "--checkpoint", ck, "--data", data, "--start", START, "--state", state)["new_bars"] > 0
 
 
+@pytest.mark.e2e
 def test_console_scripts_and_python_m(run: Path) -> None:
     parser = configparser.ConfigParser()
     parser.read(ROOT / "setup.cfg")

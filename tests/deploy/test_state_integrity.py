@@ -16,8 +16,6 @@ from ppo_lstm import TradingPolicy
 from ppo_lstm.deploy import predict, state as state_module
 from ppo_lstm.errors import UsageError
 
-pytestmark = pytest.mark.e2e
-
 START = "2021-02-01"
 
 
@@ -122,6 +120,7 @@ def hold_lock(path: Path, seconds: float) -> subprocess.Popen:
     return child
 
 
+@pytest.mark.e2e
 def test_a_second_call_on_one_state_waits_then_is_refused(run: Path, capsys: pytest.CaptureFixture,
                                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     args, state, saved = started(run, tmp_path)
