@@ -74,6 +74,7 @@ def test_without_pytest_the_tests_phase_says_so(monkeypatch, tmp_path):
     assert report["failed"] == ["tests"]
 
 
+@pytest.mark.e2e
 def test_children_keep_the_users_pythonpath(monkeypatch, tmp_path):
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))  # a `pip install --target` directory
     code, output, _ = run([sys.executable, "-c", "import sys; print(repr(sys.path))"], tmp_path, 60)
