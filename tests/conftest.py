@@ -371,8 +371,8 @@ _process_start = multiprocessing.process.BaseProcess.start
 
 @functools.wraps(_process_start)
 def _noting_process_start(self: multiprocessing.process.BaseProcess) -> None:
+    target = getattr(self, "_target", None)  # start() drops it
     _process_start(self)
-    target = getattr(self, "_target", None)
     _note(f"multiprocessing process {self.name} ({getattr(target, '__qualname__', target)})")
 
 
