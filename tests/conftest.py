@@ -141,7 +141,11 @@ class Result:
 
 
 class Run:
-    """One CLI process (with its own session) whose output goes to temp files."""
+    """One CLI process (with its own session) whose output goes to temp files. One a test
+    leaves running (an assertion failed before it ended) is killed when the test ends
+    (:func:`_no_run_outlives_its_test`)."""
+
+    started_runs: list["Run"] = []  # every Run of this pytest process, in start order
 
     def __init__(self, cwd: Path, args: Sequence[str], launcher: Optional[Sequence[str]] = None,
                  env: Optional[dict[str, Optional[str]]] = None) -> None:
@@ -154,6 +158,17 @@ class Run:
         self.process = subprocess.Popen(command + [str(a) for a in args], cwd=self.cwd, stdout=self._out,
                                         stderr=self._err, env=env_for_child(env), start_new_session=True)
         self.pid = self.process.pid
+        Run.started_runs.append(self)
+
+    def kill(self) -> None:
+        """End the run's whole process group, and any process left in its directory, at once."""
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.process.wait()
+        kill_all_in(self.cwd)
 
     def signal(self, signum: int) -> None:
         self.process.send_signal(signum)
@@ -181,6 +196,18 @@ class Run:
     def _read(handle) -> str:
         handle.seek(0)
         return handle.read().decode(errors="replace")
+
+
+@pytest.fixture(autouse=True)
+def _no_run_outlives_its_test():
+    """Kill the runs a test started and left running (an assertion that failed before a
+    long ``--episodes 1000000`` run was stopped, say), so none trains on after its test."""
+    before = len(Run.started_runs)
+    yield
+    for run in Run.started_runs[before:]:
+        if run.process.poll() is None:
+            run.kill()
+    del Run.started_runs[before:]
 
 
 def run_cli(cwd: Path, *args: str, timeout: float = 90.0, launcher: Optional[Sequence[str]] = None,
