@@ -61,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from envs.config import EnvConfig  # noqa: E402
 from envs.vector import VectorTradingEnv  # noqa: E402
+from ppo_lstm.algo.agent import RecurrentActorCritic  # noqa: E402
 from ppo_lstm.config import TrainConfig  # noqa: E402
 from ppo_lstm.distributed import LocalComm, Worker  # noqa: E402
 from ppo_lstm.train.build import build_agent, build_optimizer  # noqa: E402
@@ -80,7 +81,7 @@ def train_config(steps_per_env: int, total_steps: int, tmp: str) -> TrainConfig:
                        checkpoint_dir=tmp, checkpoint_interval=10**9, log_interval=10**9, holdout=0.0, env=env)
 
 
-def bare_rollout(agent: nn.Module, obs: torch.Tensor, starts: torch.Tensor, buffers: dict[str, torch.Tensor],
+def bare_rollout(agent: RecurrentActorCritic, obs: torch.Tensor, starts: torch.Tensor, buffers: dict[str, torch.Tensor],
                  gen: torch.Generator, steps: int, env: Optional[VectorTradingEnv] = None) -> float:
     """Seconds for ``steps`` policy steps of ``obs``' N envs ``[N, D]`` in bare PyTorch calls, under
     ``no_grad``, into ``buffers`` (``obs`` ``[T, N, D]``, ``starts``, ``actions``, ``log_probs``,
@@ -93,10 +94,7 @@ def bare_rollout(agent: nn.Module, obs: torch.Tensor, starts: torch.Tensor, buff
     The weights are held in locals (no module attribute lookups in the loop), and the draw is
     ``torch.multinomial``'s own in its four ops (an empty tensor, ``exponential_``, ``div``,
     ``argmax``: bit for bit multinomial's, without its input checks), the cheapest way known here."""
-    e1, e2 = agent.encoder[0], agent.encoder[2]
-    lstm, pol, val = agent.lstm, agent.policy_head, agent.value_head
-    w1, b1, w2, b2, pw, pb, vw, vb = e1.weight, e1.bias, e2.weight, e2.bias, pol.weight, pol.bias, val.weight, val.bias
-    wih, whh, bih, bhh = lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0
+    w1, b1, w2, b2, wih, whh, bih, bhh, pw, pb, vw, vb = agent.step_weights()
     buf_obs, buf_starts, buf_actions = buffers["obs"], buffers["starts"], buffers["actions"]
     buf_log_probs, buf_values, buf_rewards = buffers["log_probs"], buffers["values"], buffers["rewards"]
     n, size = obs.shape[0], whh.shape[1]

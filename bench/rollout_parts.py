@@ -15,7 +15,7 @@ LSTM 64), and the project's own ``RolloutCollector`` and agent. It times:
 * **alternation**: the env step in a loop of env steps alone (random actions) and the
   step's torch work (``agent.step_cell``, sampling, log-prob, ``buffer.add``: :func:`policy_step`)
   in a loop of it alone, against the two alternating in one loop (the policy's actions to the env,
-  the env's observations staged for the policy), the three loops interleaved window by window;
+  the env's observations staged for the policy), the three loops interleaved window by window.
   The same loop of ``bench/loop_floor.py``'s bare calls (:func:`bare_rollout`), interleaved
   with them, gives the torch work's floor in the same conditions, alone and with the env
   step in its loop (the floor of a one-thread rollout);
@@ -259,7 +259,6 @@ def measure(config: TrainConfig, windows: int) -> dict[str, dict[str, dict[str, 
     after: dict[str, list[float]] = {"collect() + finish() after a rollout": [],
                                      "collect() + finish() after an update's work": []}
     update_config = train_config(T, T * config.num_envs, "unused")  # the same sizes; no run, so no files
-    c = make_collector(config)
     for update in range(windows):
         for name, samples in after.items():
             if name.endswith("rollout"):
