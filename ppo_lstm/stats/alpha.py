@@ -109,7 +109,11 @@ def hedged_returns(agent: np.ndarray, benchmark: np.ndarray) -> np.ndarray:
 
 def alpha_sharpe(agent: np.ndarray, benchmark: np.ndarray) -> Optional[float]:
     """Per-bar Sharpe ratio of :func:`hedged_returns` (the appraisal ratio); None for an exact fit."""
-    return per_period_sharpe(hedged_returns(agent, benchmark))
+    agent, benchmark = _pair(agent, benchmark)
+    alpha, beta = _ols(agent, benchmark)
+    if _exact_fit(agent, benchmark, alpha, beta):
+        return None
+    return per_period_sharpe(agent - beta * benchmark)
 
 
 def _exact_fit(agent: np.ndarray, benchmark: np.ndarray, alpha: float, beta: float) -> bool:

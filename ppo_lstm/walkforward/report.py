@@ -19,8 +19,11 @@ from .trading import BASELINES
 
 LABELS = {"ensemble": "seed ensemble", "buy_and_hold": "buy-and-hold", "flat": "flat (cash)",
           "ma_10_40": "MA 10/40 crossover"}
-RULE = ("`shown` needs both a one-sided stationary-bootstrap p-value below 5 % for the ensemble's mean excess return "
-        "over buy-and-hold and, with more than one trial, a Deflated Sharpe Ratio of the excess returns above 0.95.")
+RULE = ("`shown` needs the ensemble's alpha over buy-and-hold (the intercept of its per-bar returns regressed on "
+        "buy-and-hold's, on the same bars) to be positive with a one-sided Newey-West p-value below 5 %, confirmed by a "
+        "stationary bootstrap of the intercept (p below 5 %), and, with more than one trial, a Deflated Sharpe Ratio of "
+        "the hedged returns (return minus beta times buy-and-hold's) above 0.95. Being out of a falling market, short "
+        "in one, or any fixed exposure has an alpha of 0 and is never `shown`.")
 
 
 def _write(path: Path, text: str) -> None:
@@ -63,20 +66,23 @@ def figures_table(series: pd.DataFrame, seeds: Sequence[int], periods_per_year: 
 
 
 def summary_dict(settings: dict[str, Any], folds: Sequence[Any], calendar: np.ndarray, table: dict[str, Any],
-                 verdict: Verdict, periods_per_year: float, instruments: Sequence[str]) -> dict[str, Any]:
+                 verdict: Verdict, periods_per_year: float, instruments: Sequence[str],
+                 sections: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """``summary.json``; ``sections`` adds named parts (per-instrument alphas, costs, agreement)."""
     seeds = [c for c in table if c.startswith("seed_")]
     sharpes = [table[c]["overall"]["sharpe"] for c in seeds]
     known = [s for s in sharpes if s is not None]
     return {
         "verdict": verdict.result.line(), "shown": bool(verdict.result.shown),
         "edge": edge_figures(verdict.result), "statistics": verdict.result.as_dict(), "n_trials": verdict.n_trials,
-        "trial_excess_sharpes_per_period": verdict.trial_sharpes, "periods_per_year": periods_per_year,
+        "trial_alpha_sharpes_per_period": verdict.trial_sharpes, "spa": verdict.spa.as_dict(),
+        "periods_per_year": periods_per_year,
         "instruments": list(instruments), "settings": settings,
         "folds": [{"fold": f.k, "train_start": _iso(calendar[f.train_lo]), "train_end": _iso(calendar[f.train_hi - 1]),
                    "test_start": _iso(calendar[f.test_lo]), "test_end": _iso(calendar[f.test_hi - 1])} for f in folds],
         "seed_sharpe_spread": {"min": min(known) if known else None, "max": max(known) if known else None,
                                "std": float(np.std(known, ddof=1)) if len(known) > 1 else None},
-        "figures": table,
+        "figures": table, **(sections or {}),
     }
 
 
@@ -94,6 +100,52 @@ def _sig(value: Optional[float]) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:.4g}"
 
 
+def statistics_lines(edge: dict[str, Any]) -> list[str]:
+    """The verdict's figures as a table: what decides it first, then the descriptions."""
+    trials = f"{edge['n_trials']} trial{'s' if edge['n_trials'] != 1 else ''}"
+    return ["| statistic | value |", "|---|---|",
+            f"| alpha over buy-and-hold, a year | {_pct(edge['alpha_annual'])} |",
+            f"| its one-sided 95 % lower bound (Newey-West, {edge['hac_lags']} lags) | {_pct(edge['lower_annual'])} |",
+            f"| one-sided p-value (alpha <= 0), Newey-West | {_sig(edge['p_value'])} |",
+            f"| one-sided p-value (alpha <= 0), stationary bootstrap | {_sig(edge['bootstrap_p_value'])} |",
+            f"| beta (exposure to buy-and-hold) | {_num(edge['beta'])} |",
+            f"| Deflated Sharpe Ratio of the hedged returns | {_sig(edge['dsr'])} ({trials}) |",
+            f"| mean excess return over buy-and-hold, a year (description) | {_pct(edge['excess_annual'])} "
+            f"(p {_sig(edge['excess_p_value'])}) |",
+            f"| Sharpe difference, annualised (description) | {_sig(edge['sharpe_diff'])} "
+            f"(p {_sig(edge['sharpe_diff_p'])}) |",
+            f"| Probabilistic Sharpe Ratio against 0 (description) | {_sig(edge['psr_zero'])} |",
+            f"| bootstrap mean block length, bars | {_sig(edge['block_length'])} |",
+            "", "The descriptions mix timing with exposure (out of a falling market, excess return is high "
+                "without any skill); they decide nothing."]
+
+
+def spa_lines(spa: dict[str, Any]) -> list[str]:
+    """Hansen's SPA test of every strategy looked at, in words and figures."""
+    lines = ["", "## Best of many: Hansen's SPA test", "",
+             f"Does the best of {', '.join(_label(n) for n in spa['strategies']) or 'no strategy'} have a positive "
+             f"alpha over buy-and-hold, after looking at all of them? p = {_sig(spa['p_consistent'])} (consistent; "
+             f"lower {_sig(spa['p_lower'])}, upper {_sig(spa['p_upper'])}; {spa['reps']} stationary-bootstrap draws)."]
+    if spa["best"]:
+        lines[-1] += f" The largest alpha is {_label(spa['best'])}'s."
+    if spa["fixed_exposures"]:
+        lines.append(f"Left out as fixed exposures (alpha 0 by construction): "
+                     f"{', '.join(_label(n) for n in spa['fixed_exposures'])}.")
+    return lines
+
+
+def instrument_lines(alphas: dict[str, dict[str, Any]]) -> list[str]:
+    """With several instruments, each one's alpha (the ensemble over its own buy-and-hold)."""
+    if len(alphas) < 2:
+        return []
+    lines = ["", "## Alpha per instrument (the ensemble over the instrument's buy-and-hold)", "",
+             "| instrument | alpha a year | one-sided 95 % lower bound | p | beta |", "|---|---|---|---|---|"]
+    for name, a in alphas.items():
+        lines.append(f"| {name} | {_pct(a['alpha_annual'])} | {_pct(a['lower_annual'])} | {_sig(a['p_value'])} | "
+                     f"{_num(a['beta'])} |")
+    return lines
+
+
 def report_markdown(summary: dict[str, Any], command: str) -> str:
     """``report.md``: the verdict line, the rule, the statistics and the tables."""
     edge, table = summary["edge"], summary["figures"]
@@ -101,19 +153,10 @@ def report_markdown(summary: dict[str, Any], command: str) -> str:
              f"Command: `{command}`", "",
              f"{len(summary['folds'])} folds; instruments: {', '.join(summary['instruments'])}; "
              f"{summary['periods_per_year']:g} bars a year; trials for the Deflated Sharpe Ratio: "
-             f"{summary['n_trials']}.", "", "## Statistics of the ensemble against buy-and-hold", "",
-             "| statistic | value |", "|---|---|",
-             f"| mean excess return over buy-and-hold, a year | {_pct(edge['excess_annual'])} |",
-             f"| its 95 % interval (stationary block bootstrap) | {_pct(edge['ci_low'])} to {_pct(edge['ci_high'])} |",
-             f"| one-sided p-value (mean excess <= 0) | {_sig(edge['p_value'])} |",
-             f"| Sharpe difference (annualised), 95 % interval | {_sig(edge['sharpe_diff'])} "
-             f"({_sig(edge['sharpe_diff_ci'][0])} to {_sig(edge['sharpe_diff_ci'][1])}) |",
-             f"| its one-sided p-value | {_sig(edge['sharpe_diff_p'])} |",
-             f"| Probabilistic Sharpe Ratio against 0 | {_sig(edge['psr_zero'])} |",
-             f"| Probabilistic Sharpe Ratio against buy-and-hold's Sharpe | {_sig(edge['psr_benchmark'])} |",
-             f"| Deflated Sharpe Ratio of the excess returns | {_sig(edge['dsr'])} "
-             f"({edge['n_trials']} trial{'s' if edge['n_trials'] != 1 else ''}) |",
-             f"| bootstrap mean block length, bars | {_sig(edge['block_length'])} |"]
+             f"{summary['n_trials']}.", "", "## Statistics of the ensemble against buy-and-hold", ""]
+    lines += statistics_lines(edge)
+    lines += spa_lines(summary["spa"])
+    lines += instrument_lines(summary.get("instrument_alphas") or {})
     lines += ["", "## Overall (stitched out-of-sample bars)", "",
               "| series | total return | annual return | Sharpe | max drawdown |", "|---|---|---|---|---|"]
     for column, values in table.items():

@@ -17,7 +17,8 @@ from typing import Any, Optional, Protocol, Sequence
 import numpy as np
 import pandas as pd
 
-from ..stats import annualised_return, annualised_sharpe, edge_verdict, max_drawdown, per_period_sharpe, trial_variance
+from ..stats import (SpaResult, alpha_test, annualised_return, annualised_sharpe, edge_verdict, max_drawdown, rescaled_variance,
+                     seed_trial_sharpes, spa_test)
 from .config import WalkForwardConfig
 from .trading import BASELINES, FoldTrades
 
@@ -25,15 +26,17 @@ ALPHA = 0.05
 
 
 class StudyTrials(Protocol):
-    """What the verdict takes from a tuning study (``ppo_lstm.tune.study_stats.TrialStats``)."""
+    """What the verdict takes from a tuning study (``ppo_lstm.tune.study_stats.TrialStats``):
+    the configurations tried, and the per-bar Sharpe ratios of the finished trials' hedged
+    hold-out returns with the number of hold-out bars they were measured over."""
 
     trials: int
-    sharpes: tuple[float, ...]
+    alpha_sharpes: tuple[float, ...]
+    holdout_bars: int
 
-    @property
-    def per_period_variance(self) -> float: ...
 
 BOOTSTRAP_REPS = 2000
+SPA_REPS = 1000
 
 
 def trial_count(wf: WalkForwardConfig, study: Optional[StudyTrials] = None) -> int:
@@ -46,13 +49,12 @@ def trial_count(wf: WalkForwardConfig, study: Optional[StudyTrials] = None) -> i
     return wf.seeds * max(configurations, 1)
 
 
-def trial_variance_of(seed_sharpes: Sequence[float], bars: int, study: Optional[StudyTrials]) -> float:
-    """The per-bar variance of the trials' Sharpe ratios for the DSR: the seeds' (``trial_variance``),
-    or, with a study of at least two scored trials, the larger of that and the study's."""
-    variance = trial_variance(seed_sharpes, bars)
-    if study is not None and len(study.sharpes) > 1:
-        variance = max(variance, study.per_period_variance)
-    return variance
+def study_variance(study: Optional[StudyTrials], bars: int) -> Optional[float]:
+    """The spread of the study's hedged hold-out Sharpe ratios, rescaled to ``bars`` test bars
+    (:func:`ppo_lstm.stats.rescaled_variance`); None without a study or with fewer than 2 of them."""
+    if study is None:
+        return None
+    return rescaled_variance(study.alpha_sharpes, study.holdout_bars, bars)
 
 
 def oos_frame(trades: dict[str, list[tuple[int, FoldTrades]]], seeds: Sequence[int]) -> pd.DataFrame:
@@ -100,11 +102,24 @@ def _plain(value: Any) -> Optional[float]:
     return value if np.isfinite(value) else None
 
 
+def instrument_alphas(oos: pd.DataFrame, periods_per_year: float) -> dict[str, dict[str, Any]]:
+    """Per instrument, the HAC alpha test of the ensemble over that instrument's buy-and-hold."""
+    return {str(name): alpha_test(part["ensemble"].to_numpy(), part["buy_and_hold"].to_numpy(),
+                                  periods_per_year).as_dict()
+            for name, part in oos.groupby("instrument", sort=False)}
+
+
 def edge_figures(v: Any) -> dict[str, Any]:
-    """The verdict's headline figures, flat (``p_value``, ``excess_annual``, ``ci_low``, ``ci_high``, ...)."""
-    names = ("shown", "p_value", "excess_annual", "ci_low", "ci_high", "sharpe_diff", "sharpe_diff_ci",
-             "sharpe_diff_p", "psr_zero", "psr_benchmark", "dsr", "block_length", "n_trials")
-    return {name: (list(getattr(v, name)) if name == "sharpe_diff_ci" else getattr(v, name)) for name in names}
+    """The verdict's headline figures, flat: the alpha test's, the bootstrap's p, the DSR."""
+    a = v.alpha
+    return {"shown": v.shown, "alpha_annual": a.alpha_annual, "lower_annual": a.lower_annual, "p_value": a.p_value,
+            "bootstrap_p_value": v.bootstrap.p_value, "bootstrap_lower_annual": v.bootstrap.lower_annual,
+            "beta": a.beta, "hac_lags": a.lags, "excess_annual": None if v.excess is None else v.excess.estimate,
+            "excess_p_value": None if v.excess is None else v.excess.p_value,
+            "sharpe_diff": None if v.sharpe_difference is None else v.sharpe_difference.estimate,
+            "sharpe_diff_p": None if v.sharpe_difference is None else v.sharpe_difference.p_value,
+            "psr_zero": v.psr_zero, "dsr": v.dsr, "trial_sharpe_variance": v.trial_sharpe_variance,
+            "block_length": v.bootstrap.block_length, "n_trials": v.n_trials}
 
 
 @dataclass
@@ -113,18 +128,20 @@ class Verdict:
 
     result: Any  # ppo_lstm.stats.EdgeVerdict
     n_trials: int
-    trial_sharpes: list[float]
+    trial_sharpes: list[float]  # per bar, the seeds' hedged returns' Sharpe ratios
+    spa: SpaResult
 
 
 def verdict_of(series: pd.DataFrame, seeds: Sequence[int], periods_per_year: float,
                wf: WalkForwardConfig, study: Optional[StudyTrials] = None) -> Verdict:
-    """``edge_verdict`` of the ensemble over buy-and-hold on the stitched ``series`` (a :func:`basket`)."""
+    """``edge_verdict`` of the ensemble over buy-and-hold on the stitched ``series`` (a :func:`basket`),
+    and the SPA test of the seeds, the ensemble and MA 10/40."""
     bench = series["buy_and_hold"].to_numpy()
-    sharpes = [per_period_sharpe(series[f"seed_{s}"].to_numpy() - bench) for s in seeds]
-    trial_sharpes = [s for s in sharpes if s is not None]  # a seed identical to buy-and-hold has none
+    trial_sharpes = seed_trial_sharpes([series[f"seed_{s}"].to_numpy() for s in seeds], bench)
     n = trial_count(wf, study)
     result = edge_verdict(series["ensemble"].to_numpy(), bench, periods_per_year, n_trials=n,
-                          trial_sharpes=trial_sharpes,
-                          trial_sharpe_variance=trial_variance_of(trial_sharpes, len(bench), study),
-                          alpha=ALPHA, reps=BOOTSTRAP_REPS, seed=0)
-    return Verdict(result, n, trial_sharpes)
+                          trial_sharpes=trial_sharpes, extra_trial_variance=study_variance(study, len(bench)),
+                          level=ALPHA, reps=BOOTSTRAP_REPS, seed=0)
+    strategies = {f"seed_{s}": series[f"seed_{s}"].to_numpy() for s in seeds}
+    strategies.update(ensemble=series["ensemble"].to_numpy(), ma_10_40=series["ma_10_40"].to_numpy())
+    return Verdict(result, n, trial_sharpes, spa_test(bench, strategies, reps=SPA_REPS, seed=0))

@@ -9,9 +9,9 @@ from arch.bootstrap import StationaryBootstrap, optimal_block_length
 from scipy import stats as scipy_stats
 
 from ppo_lstm.evaluation.metrics import trading_metrics
-from ppo_lstm.stats import (VERDICT_PREFIX, annualised_return, annualised_sharpe, block_length, deflated_sharpe_ratio,
-                            edge_verdict, expected_max_sharpe, max_drawdown, mean_excess_test, per_period_sharpe,
-                            probabilistic_sharpe_ratio, psr_from_moments, sharpe_difference_test, trial_variance)
+from ppo_lstm.stats import (annualised_return, annualised_sharpe, block_length, deflated_sharpe_ratio,
+                            expected_max_sharpe, max_drawdown, mean_excess_test, per_period_sharpe,
+                            probabilistic_sharpe_ratio, psr_from_moments, sharpe_difference_test)
 
 
 def _returns(seed: int, mean: float, std: float, bars: int) -> np.ndarray:
@@ -100,37 +100,3 @@ def test_block_length_follows_autocorrelation_and_is_at_least_one():
     assert block_length(iid) < 3 < block_length(persistent)
     assert block_length(np.zeros(100)) == 1.0
     assert block_length(iid, persistent) == block_length(persistent)
-
-
-def test_verdict_rule_and_line():
-    bench = _returns(7, 0.0002, 0.01, 1500)
-    strong = bench + _returns(8, 0.001, 0.003, 1500)
-    verdict = edge_verdict(strong, bench, 252, reps=500)
-    assert verdict.shown and verdict.p_value < 0.05 and verdict.ci_low > 0 and verdict.dsr is None
-    assert verdict.line().startswith(f"{VERDICT_PREFIX} shown (p = ")
-    noise = bench + _returns(9, 0.0, 0.003, 1500)
-    null = edge_verdict(noise, bench, 252, reps=500)
-    assert not null.shown and null.line().startswith(f"{VERDICT_PREFIX} not shown (")
-    # many trials with a wide spread of Sharpe ratios: the same edge is deflated until not shown
-    deflated = edge_verdict(strong, bench, 252, reps=500, n_trials=10_000, trial_sharpes=[-0.3, 0.0, 0.3])
-    assert deflated.p_value == verdict.p_value and deflated.dsr < 0.95 and not deflated.shown
-    assert "deflated Sharpe" in deflated.line() and "10000 trials" in deflated.line()
-    kept = edge_verdict(strong, bench, 252, reps=500, n_trials=3, trial_sharpes=[0.3, 0.31, 0.29])
-    assert kept.shown and kept.dsr > 0.95
-    assert kept.as_dict()["line"] == kept.line()
-    given = edge_verdict(strong, bench, 252, reps=500, n_trials=3, trial_sharpes=[0.3, 0.31, 0.29],
-                         trial_sharpe_variance=0.09)  # a variance given directly wins over the trials' own
-    assert given.trial_sharpe_variance == 0.09 and given.dsr < kept.dsr
-    assert given.dsr == pytest.approx(deflated_sharpe_ratio(strong - bench, 3, 0.09))
-
-
-def test_identical_returns_show_no_edge_and_bad_input_is_refused():
-    r = _returns(10, 0.001, 0.01, 300)
-    same = edge_verdict(r, r, 252, reps=200, n_trials=4)
-    assert not same.shown and same.p_value == 1.0 and same.dsr is None
-    with pytest.raises(ValueError, match="differ in length"):
-        edge_verdict(r, r[:-1], 252)
-    with pytest.raises(ValueError, match="finite"):
-        edge_verdict(np.array([0.1, np.nan, 0.0]), np.zeros(3), 252)
-    assert trial_variance([0.1], 101) == pytest.approx(0.01)
-    assert trial_variance([0.1, 0.3], 101) == pytest.approx(0.02)
