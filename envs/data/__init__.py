@@ -5,6 +5,7 @@
 - ``columns.py``: which column is the time, each price, the volume and each ``--features`` column;
 - ``timestamps.py``: the time column's values to timestamps (formats, day-first, epochs);
 - ``checks.py``: the price checks and the Adj Close adjustment;
+- ``calendar.py``: bars per year, counted from the bars' own timestamps (``MarketData.periods_per_year``);
 - ``errors.py``: ``DataError`` and the file/row context of every message;
 - ``features.py``: ``--features``, the causal rolling z-score of each named column;
 - ``instruments.py``: ``--data`` paths (files or directories) to one data file per instrument.

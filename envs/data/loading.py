@@ -56,11 +56,13 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
+from envs.data.calendar import bars_per_year
 from envs.data.checks import _adjust, _check_ohlc, _check_positive, _check_scaled, _first_bad, _numeric
 from envs.data.columns import _PRICE_ALIASES, _VOLUME, _feature_columns, _find, _price_columns, _time_column
 from envs.data.errors import DataError, _Ctx
@@ -68,10 +70,6 @@ from envs.data.features import first_defined_bar
 from envs.data.timestamps import _parse_time
 
 __all__ = ["DataError", "MarketData", "load_ohlcv", "date_span"]
-
-SECONDS_PER_DAY = 86_400.0
-SECONDS_PER_YEAR = 365.0 * SECONDS_PER_DAY
-TRADING_DAYS_PER_YEAR = 252.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,23 +100,14 @@ class MarketData:
         """The file's name without its folder (an instrument's label in reports)."""
         return os.path.basename(self.source)
 
-    @property
+    @cached_property
     def periods_per_year(self) -> float:
-        """Bars per year, for annualising returns and volatility.
-
-        Rule: bars about one day apart (0.75 to 1.25 days) where at least 10% of
-        the gaps exceed 1.5 bars (weekends and holidays of an exchange calendar,
-        including FX's Friday-to-Sunday gap) -> 252 trading days. Otherwise a
-        365-day calendar year divided by ``bar_seconds`` (daily crypto -> 365,
-        hourly -> 8760, one-minute -> 525600).
-        """
-        if not self.bar_seconds > 0:
-            return float("nan")
-        if 0.75 * SECONDS_PER_DAY <= self.bar_seconds <= 1.25 * SECONDS_PER_DAY and len(self) > 1:
-            gaps = np.diff(self.timestamps).astype("timedelta64[ns]").astype(np.int64) / 1e9
-            if np.mean(gaps > 1.5 * self.bar_seconds) >= 0.10:
-                return TRADING_DAYS_PER_YEAR
-        return SECONDS_PER_YEAR / self.bar_seconds
+        """Bars per year, for annualising returns and volatility, counted from the file's own
+        timestamps (:func:`envs.data.calendar.bars_per_year`: the median bar count of its full
+        calendar years, else the rate over its whole weeks): about 252 for exchange daily bars,
+        365 for daily crypto, about 1,764 for NYSE hourly bars, 8,760 for 24/7 hourly bars.
+        NaN with fewer than 2 bars. Computed once per instance."""
+        return bars_per_year(self.timestamps)
 
 
 # ----------------------------------------------------------------------------- reading

@@ -217,12 +217,12 @@ def test_parquet_string_dates_and_unnamed_index(tmp_path):
 
 # ----------------------------------------------------------------------------- frequency
 
-def test_daily_equity_calendar_is_252(tmp_path):
-    stamps = pd.bdate_range("2017-01-02", periods=60)
+def test_daily_weekday_calendar_counts_its_own_days(tmp_path):
+    stamps = pd.bdate_range("2017-01-02", periods=60)  # Monday to Friday, no holidays: 5 x 365 / 7 a year
     rows = [f"{t:%Y-%m-%d},10,11,9,10.5,1" for t in stamps]
     data = load_ohlcv(csv(tmp_path, rows))
     assert data.bar_seconds == 86400.0
-    assert data.periods_per_year == 252.0
+    assert data.periods_per_year == 261.0
 
 
 def test_daily_seven_day_calendar_is_365(tmp_path):

@@ -94,11 +94,11 @@ def test_the_report_files_hold_what_the_jobs_traded(first: Path) -> None:
     rows = pd.read_csv(out / "walkforward.csv")
     assert len(rows) == 2 * 2 and set(rows["seed"].astype(str)) == {"3", "ensemble"}
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["periods_per_year"] == 252.0
+    assert summary["periods_per_year"] == 261.0  # business days, no holidays: the file's own calendar
     r = oos["buy_and_hold"].to_numpy()
     overall = summary["figures"]["buy_and_hold"]["overall"]
     assert overall["total_return"] == pytest.approx(np.prod(1 + r) - 1, rel=1e-12)
-    assert overall["sharpe"] == pytest.approx(r.mean() / r.std(ddof=1) * np.sqrt(252), rel=1e-9)
+    assert overall["sharpe"] == pytest.approx(r.mean() / r.std(ddof=1) * np.sqrt(261), rel=1e-9)
     report = (out / "report.md").read_text()
     assert summary["verdict"].startswith("Edge over buy-and-hold: ") and summary["verdict"] in report
     assert (out / "report.png").stat().st_size > 10_000
