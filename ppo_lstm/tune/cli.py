@@ -2,7 +2,6 @@
 open or create the study, run its trials in ``--jobs`` processes, print the report."""
 from __future__ import annotations
 
-import statistics
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -88,6 +87,8 @@ def _json(text: str) -> Any:
 
 def _check_holdout(base: Any) -> float:
     """UsageError when the base configuration has no hold-out to score; its bars per year."""
+    from envs.data.calendar import basket_bars_per_year
+
     from ..evaluation.backtest import SIMULATED_PERIODS_PER_YEAR
     from ..train.holdout import load_training_data
 
@@ -97,7 +98,7 @@ def _check_holdout(base: Any) -> float:
     if base.data is None:
         return SIMULATED_PERIODS_PER_YEAR
     datas, _ = load_training_data(base)  # bad files or dates: one line, before any trial
-    return statistics.fmean(d.periods_per_year for d in datas)
+    return basket_bars_per_year([d.timestamps for d in datas])  # the basket's own calendar
 
 
 def _print_report(lines: list[str], out: Path) -> None:

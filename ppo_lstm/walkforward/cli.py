@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from envs.data import DataError, MarketData, date_span
+from envs.data.calendar import basket_bars_per_year
 from envs.data.instruments import data_paths, instrument_name, load_instruments
 
 from ..config import TrainConfig, _settings, validate as validate_train
@@ -116,7 +117,7 @@ def report(wf: WalkForwardConfig, train: TrainConfig, p: Plan, command: str,
         trades[name] = [(fold.k, trade_fold([j for j in p.jobs if j.fold.k == fold.k], data, p.calendar))
                         for fold in p.folds]
     oos = oos_frame(trades, seeds)
-    ppy = float(p.datas[0].periods_per_year)
+    ppy = basket_bars_per_year([d.timestamps for d in p.datas])  # the basket's own calendar
     series = basket(oos, seeds)
     verdict = verdict_of(series, seeds, ppy, wf, study)
     table = figures_table(series, seeds, ppy)
