@@ -1,8 +1,9 @@
 """Evaluating a trained policy: backtests, metrics and reports.
 
 - ``cli.py``: the evaluation command line (``evaluate-ppo-lstm``, ``python -m ppo_lstm.evaluate``);
-- ``loading.py``: a checkpoint's file, agent, config and training-data fingerprint, and the bars it trained on;
+- ``loading.py``: a checkpoint's file, agent, config and training-data fingerprint;
 - ``backtest.py``: ``backtest_history`` and ``backtest_simulated``, the env bar for bar;
+- ``samples.py``: which of a backtest's bars the run trained on, which chose ``best.pt``, which are out of sample;
 - ``metrics.py``: trading metrics (returns, Sharpe, drawdown, trades, ...);
 - ``report.py``: the report table, JSON, equity CSV and plot of a backtest;
 - ``plots.py``: plotting helpers shared by the report and the training curves;

@@ -52,6 +52,7 @@ from envs.data import MarketData, date_span
 
 from ..algo.agent import RecurrentActorCritic
 from .metrics import TradingMetrics, trading_metrics
+from .samples import SampleSplit
 
 # Simulated paths have no calendar; their volatility (0.5-2 % a bar) is daily-like.
 SIMULATED_PERIODS_PER_YEAR = 252.0
@@ -84,6 +85,7 @@ class BacktestResult:
     late_start: Optional[str] = None  # history: why the first decision is after the slice's first bar
     training_bars: Optional[int] = None  # history: how many of the T bars lie in the checkpoint's training period
     training_period: Optional[tuple[str, str]] = None  # history: that period's first and last bar (ISO)
+    sample: Optional[SampleSplit] = None  # history: how many of the T bars training and selection read
 
     @property
     def bars(self) -> int:

@@ -1,7 +1,7 @@
 """A checkpoint for evaluation: its file (``checkpoint_file``), its agent and training config
 (``load_policy``), the fingerprint of the data it trained on (``load_policy_and_data``,
-``ppo_lstm.train.data_fingerprint``), and how many of a backtest's bars it trained on
-(``mark_training_bars``). UsageError (one line) for an unusable file.
+``ppo_lstm.train.data_fingerprint``), and which of a backtest's bars training and the choice
+of ``best.pt`` read (``mark_training_bars``). UsageError (one line) for an unusable file.
 """
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
-import pandas as pd
 import torch
 
 from ..algo.agent import RecurrentActorCritic
@@ -18,6 +17,7 @@ from ..config import TrainConfig
 from ..errors import UsageError, one_line
 from ..rundir.checkpoint import BEST_NAME, LATEST_NAME, CheckpointDir, CheckpointError, load_checkpoint
 from .backtest import BacktestResult
+from .samples import split_bars
 
 
 def checkpoint_file(path: Path) -> Path:
@@ -83,18 +83,15 @@ def load_policy_and_data(path: str | os.PathLike, device: torch.device | str = "
 
 
 def mark_training_bars(result: BacktestResult, trained_on: Optional[list[dict]], name: str) -> BacktestResult:
-    """``result`` with ``training_bars`` (how many of its scored bars lie within the checkpoint's
-    training bars: those of the instrument named ``name``, else of all its instruments) and
-    ``training_period``; unchanged when the checkpoint records no training data."""
-    if not trained_on:
+    """``result`` with ``sample`` (which of its scored bars training and the selection of
+    ``best.pt`` read, :func:`ppo_lstm.evaluation.samples.split_bars`: the fingerprint of the
+    instrument named ``name``, else of all its instruments), ``training_bars`` (how many lie
+    within the training bars) and ``training_period``; unchanged when the checkpoint records no
+    training data."""
+    sample = split_bars(result.time[1:], trained_on, name)  # the T scored bars
+    if sample is None:
         return result
-    own = [e for e in trained_on if e.get("name") == name] or trained_on
-    try:
-        first = min(pd.Timestamp(e["train_first"]) for e in own)
-        last = max(pd.Timestamp(e["train_last"]) for e in own)
-    except (KeyError, TypeError, ValueError):
-        return result
-    times = pd.DatetimeIndex(result.time[1:])  # the T scored bars
-    result.training_bars = int(((times >= first) & (times <= last)).sum())
-    result.training_period = (first.isoformat(), last.isoformat())
+    result.sample = sample
+    result.training_bars = sample.training
+    result.training_period = sample.training_period
     return result

@@ -38,7 +38,8 @@ FIGSIZE = (11.0, 8.0)
 
 def report_dict(result: BacktestResult) -> dict[str, Any]:
     """The JSON object: ``bars``, ``start``, ``end``, ``late_start``, ``training_bars``,
-    ``training_period``, ``fee_bps``, ``slippage_bps``, ``agent``, ``buy_and_hold``."""
+    ``training_period``, ``sample`` (:meth:`ppo_lstm.evaluation.samples.SampleSplit.as_dict`),
+    ``fee_bps``, ``slippage_bps``, ``agent``, ``buy_and_hold``."""
     return {
         "bars": result.bars,
         "start": result.start,
@@ -46,6 +47,7 @@ def report_dict(result: BacktestResult) -> dict[str, Any]:
         "late_start": result.late_start,
         "training_bars": result.training_bars,
         "training_period": None if result.training_period is None else list(result.training_period),
+        "sample": None if result.sample is None else result.sample.as_dict(),
         "fee_bps": float(result.fee_bps),
         "slippage_bps": float(result.slippage_bps),
         "agent": result.agent.as_dict(),
@@ -111,18 +113,10 @@ def format_instruments_table(results: dict[str, BacktestResult], title: str) -> 
 
 
 def notes_of(result: BacktestResult) -> list[str]:
-    """The report's lines on where trading starts (when later than asked) and on how many of
-    the bars the checkpoint was trained on."""
+    """The report's lines on where trading starts (when later than asked) and on which of the
+    bars training and the choice of ``best.pt`` read (:mod:`ppo_lstm.evaluation.samples`)."""
     notes = [result.late_start] if result.late_start else []
-    if result.training_bars is not None and result.training_period is not None:
-        first, last = (stamp[:10] if stamp.endswith("T00:00:00") else stamp for stamp in result.training_period)
-        if result.training_bars:
-            notes.append(f"in-sample: {result.training_bars} of the {result.bars} bars are within the checkpoint's "
-                         f"training bars ({first} to {last})")
-        else:
-            notes.append(f"out-of-sample: none of the {result.bars} bars is within the checkpoint's training bars "
-                         f"({first} to {last})")
-    return notes
+    return notes + ([] if result.sample is None else result.sample.lines())
 
 
 def write_instruments_csv(results: dict[str, BacktestResult], path: Path) -> None:

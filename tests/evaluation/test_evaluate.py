@@ -22,8 +22,8 @@ from ppo_lstm.evaluation.report import CSV_COLUMNS, ROWS, trade_marks
 EVALUATE = [sys.executable, "-m", "ppo_lstm.evaluate"]
 NO_MATPLOTLIB = [sys.executable, "-c", "import sys; sys.modules['matplotlib'] = None; "
                  "from ppo_lstm.evaluation.cli import main; sys.exit(main(sys.argv[1:]))"]
-TOP_KEYS = ["bars", "start", "end", "late_start", "training_bars", "training_period", "fee_bps", "slippage_bps",
-            "agent", "buy_and_hold"]
+TOP_KEYS = ["bars", "start", "end", "late_start", "training_bars", "training_period", "sample", "fee_bps",
+            "slippage_bps", "agent", "buy_and_hold"]
 METRIC_KEYS = ["total_return_pct", "annual_return_pct", "annual_volatility_pct", "sharpe", "sortino", "calmar",
                "max_drawdown_pct", "max_drawdown_bars", "trades", "win_rate_pct", "profit_factor", "exposure_pct",
                "fees_paid", "fees_and_slippage_paid"]
@@ -102,6 +102,9 @@ def test_json_keys_equity_csv_and_buy_and_hold_by_hand(trained: Path) -> None:
     # trained on bars 0..239 (the last 20 % held out): so many of the traded bars lo+1..hi-1 were trained on
     assert report["training_period"] == [f"{prices['Date'][0]}T00:00:00", f"{prices['Date'][239]}T00:00:00"]
     assert report["training_bars"] == 239 - lo > 0
+    # bars 240..299 are the hold-out that chose best.pt: the rest of the traded bars, none out of sample
+    assert report["sample"] == {"earlier": 0, "training": 239 - lo, "selection_holdout": hi - 1 - 239,
+                                "out_of_sample": 0, "last_read": f"{prices['Date'][BARS - 1]}T00:00:00"}
 
     curve = pd.read_csv(trained / "eq.csv")
     assert list(curve.columns) == list(CSV_COLUMNS) and len(curve) == bars + 1

@@ -62,27 +62,33 @@ def test_a_feature_not_yet_defined_starts_later() -> None:
                                  "column is defined from 2024-01-31T00:00:00 on")
 
 
-def test_the_report_counts_the_bars_within_the_training_bars() -> None:
-    data = walk(100, seed=8)
+def entry(name: str, first: str, train_last: str, last: str) -> dict:
+    """A fingerprint entry: training reads bars ``first..train_last``, the hold-out those after it up to ``last``."""
+    return {"name": name, "train_first": f"{first}T00:00:00", "train_last": f"{train_last}T00:00:00",
+            "last": f"{last}T00:00:00"}
+
+
+def test_the_report_labels_training_selection_and_out_of_sample_bars() -> None:
+    data = walk(100, seed=8)  # bar k is 2024-01-01 + k days
     result = backtest_history(sharp_agent(CFG), CFG, data, 40)  # scores bars 41..99
-    trained_on = [{"name": "other.csv", "train_first": "2024-01-01T00:00:00", "train_last": "2024-03-01T00:00:00"}]
-    mark_training_bars(result, trained_on, "test")  # 2024-03-01 is bar 60: bars 41..60 were trained on
+    trained_on = [entry("other.csv", "2024-01-01", "2024-03-01", "2024-03-20")]  # bars 0..60, hold-out 61..79
+    mark_training_bars(result, trained_on, "test")  # not an instrument of the run: the run's whole span
     assert result.training_bars == 20 and report_dict(result)["training_bars"] == 20
-    assert ("in-sample: 20 of the 59 bars are within the checkpoint's training bars (2024-01-01 to 2024-03-01)"
-            in format_table(result, "t"))
-    own = trained_on + [{"name": "test", "train_first": "2024-01-01T00:00:00", "train_last": "2024-01-20T00:00:00"}]
-    assert mark_training_bars(result, own, "test").training_bars == 0  # the instrument's own training bars
-    assert "out-of-sample: none of the 59 bars is within" in format_table(result, "t")
+    assert report_dict(result)["sample"] == {"earlier": 0, "training": 20, "selection_holdout": 19,
+                                             "out_of_sample": 20, "last_read": "2024-03-20T00:00:00"}
+    table = format_table(result, "t")
+    assert "20 of the 59 bars are training bars (2024-01-01 to 2024-03-01): in sample" in table
+    assert ("19 of the 59 bars are the selection hold-out (after 2024-03-01 up to 2024-03-20): they chose best.pt, "
+            "so they are not out of sample") in table
+    assert "20 of the 59 bars are out of sample: after 2024-03-20, the last bar training and selection read" in table
+
+    own = trained_on + [entry("test", "2024-02-20", "2024-02-25", "2024-02-25")]  # bars 50..55, no hold-out
+    assert mark_training_bars(result, own, "test").sample.as_dict() == {
+        "earlier": 9, "training": 6, "selection_holdout": 0, "out_of_sample": 44, "last_read": "2024-02-25T00:00:00"}
+    assert "9 of the 59 bars are earlier than the training bars (before 2024-02-20)" in format_table(result, "t")
+    mark_training_bars(result, [entry("test", "2024-01-01", "2024-01-20", "2024-04-30")], "test")
+    assert "all 59 bars are the selection hold-out" in format_table(result, "t")
+    assert "out of sample:" not in format_table(result, "t")
     unmarked = backtest_history(sharp_agent(CFG), CFG, data, 40)
     assert mark_training_bars(unmarked, None, "test").training_bars is None
-    assert "sample" not in format_table(unmarked, "t")
-
-
-def test_the_shortest_backtest_from_the_files_first_bar() -> None:
-    """A MarketData of exactly window + 2 bars from bar 0 still backtests (the first decision at bar W)."""
-    data = walk(W + 2, seed=9)
-    assert isinstance(data, MarketData)
-    result = backtest_history(sharp_agent(CFG), CFG, data)
-    assert result.bars == 1 and result.time[0] == data.timestamps[W]
-    with pytest.raises(ValueError, match="needs at least 2"):
-        backtest_history(sharp_agent(CFG), CFG, walk(W + 1, seed=9))
+    assert "sample" not in format_table(unmarked, "t") and report_dict(unmarked)["sample"] is None

@@ -30,8 +30,8 @@ def test_a_pre_layout_checkpoint_loads_through_the_public_api() -> None:
 def test_a_pre_layout_checkpoint_evaluates_to_the_figures_the_old_code_printed(capsys) -> None:
     assert evaluate_main(["--checkpoint", str(OLD_CHECKPOINT), "--episodes", "4", "--seed", "1", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert {key: report.pop(key) for key in ("late_start", "training_bars", "training_period")} == dict.fromkeys(
-        ("late_start", "training_bars", "training_period"))  # keys the old code did not print; none for simulated
+    new_keys = ("late_start", "training_bars", "training_period", "sample")  # keys the old code did not print
+    assert {key: report.pop(key) for key in new_keys} == dict.fromkeys(new_keys)  # none for simulated
     for side in ("agent", "buy_and_hold"):  # a key the old code did not print: fees_paid under a truer name
         assert report[side].pop("fees_and_slippage_paid") == report[side]["fees_paid"]
     assert _same_figures(report, json.loads((DATA / "pre_layout_evaluate.json").read_text()))
