@@ -20,7 +20,20 @@ import pandas as pd
 from ..errors import UsageError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(y|mo|w|d|h|min)\s*$", re.IGNORECASE)
-Size = Union[int, pd.DateOffset, pd.Timedelta]
+
+
+@dataclass(frozen=True)
+class Duration:
+    """A duration as the user wrote it (``text``, e.g. ``1y``) and its value (``offset``)."""
+
+    text: str
+    offset: Union[pd.DateOffset, pd.Timedelta]
+
+    def __str__(self) -> str:
+        return self.text
+
+
+Size = Union[int, Duration, pd.DateOffset, pd.Timedelta]
 
 
 @dataclass(frozen=True)
@@ -36,8 +49,8 @@ class Fold:
 
 
 def parse_size(text: str, flag: str) -> Size:
-    """``250`` -> 250 bars; ``1y`` / ``6mo`` -> a calendar offset; ``4w`` / ``10d`` / ``12h`` / ``30min``
-    -> a Timedelta. UsageError (one line) otherwise."""
+    """``250`` -> 250 bars; ``1y`` / ``6mo`` -> a :class:`Duration` of a calendar offset; ``4w`` / ``10d`` /
+    ``12h`` / ``30min`` -> one of a Timedelta (the text kept for messages). UsageError (one line) otherwise."""
     text = str(text).strip()
     if text.isdigit():
         if int(text) < 1:
@@ -54,8 +67,8 @@ def parse_size(text: str, flag: str) -> Size:
         months = amount * (12 if unit == "y" else 1)
         if months != int(months):
             raise UsageError(f"{flag} {text!r}: give years or months as a whole number of months (e.g. 18mo)")
-        return pd.DateOffset(months=int(months))
-    return pd.Timedelta(amount, {"w": "W", "d": "D", "h": "h", "min": "min"}[unit])
+        return Duration(text, pd.DateOffset(months=int(months)))
+    return Duration(text, pd.Timedelta(amount, {"w": "W", "d": "D", "h": "h", "min": "min"}[unit]))
 
 
 def _back(times: np.ndarray, end: int, size: Size) -> int:
@@ -64,7 +77,7 @@ def _back(times: np.ndarray, end: int, size: Size) -> int:
         return end - size
     if end <= 0:
         return end
-    cut = pd.Timestamp(times[end - 1]) - size
+    cut = pd.Timestamp(times[end - 1]) - (size.offset if isinstance(size, Duration) else size)
     return int(np.searchsorted(times, cut.to_datetime64(), side="right"))
 
 
@@ -93,9 +106,10 @@ def make_folds(times: np.ndarray, folds: int, test_size: Size, purge: int,
 
 
 def _show(size: Size) -> str:
+    """A size as the flag took it: ``150 bars``, or a :class:`Duration`'s own text (``1y``)."""
     if isinstance(size, int):
         return f"{size} bars"
-    return str(size.kwds if isinstance(size, pd.DateOffset) else size)
+    return str(size)
 
 
 def _day(stamp: object) -> str:

@@ -28,6 +28,7 @@ from typing import Callable, Optional
 from tqdm import tqdm
 
 from ..config import TrainConfig, config_yaml
+from ..distributed.devices import threads_per_worker
 from ..rundir.checkpoint import CheckpointDir, atomic_write_bytes
 from .folds import Fold
 
@@ -77,11 +78,14 @@ def job_config(train: TrainConfig, data: list[str], start: str, end: str, seed: 
 
 
 def threads_per_job(train: TrainConfig, jobs: int) -> int:
-    """``--threads`` when given, else the cores divided among the ``jobs`` running at once."""
-    if train.threads is not None:
-        return train.threads
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // jobs)
+    """Torch threads of each job: the trainer's own default (``threads_per_worker``): ``--threads``,
+    else ``OMP_NUM_THREADS`` when set, else 1, whatever the number of ``jobs`` run at once.
+
+    The models are too small to gain from intra-op threads, and a job given several threads on
+    a machine that other processes also use crawls (docs/walkforward.md#benchmarks); ``jobs``
+    is kept for the callers and does not change the count.
+    """
+    return threads_per_worker(train)
 
 
 class JobFailed(Exception):

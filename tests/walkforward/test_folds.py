@@ -29,7 +29,8 @@ def test_a_duration_counts_the_bars_of_the_calendar() -> None:
     first_test = pd.Timestamp(DAYS[folds[1].test_lo])
     assert last - pd.DateOffset(months=6) < first_test <= last - pd.DateOffset(months=6) + pd.Timedelta(days=4)
     assert folds[0].test_hi == folds[1].test_lo and 120 <= folds[1].test_hi - folds[1].test_lo <= 135
-    assert parse_size("250", "--test-size") == 250 and parse_size("2w", "--x") == pd.Timedelta(days=14)
+    assert parse_size("250", "--test-size") == 250 and parse_size("2w", "--x").offset == pd.Timedelta(days=14)
+    assert parse_size(" 1y ", "--x").offset == pd.DateOffset(months=12) and str(parse_size("18mo", "--x")) == "18mo"
 
 
 def test_too_few_bars_for_the_folds_is_one_line_with_the_numbers() -> None:

@@ -52,6 +52,8 @@ def run(*args: object) -> tuple[int, str]:
     (["--data", "{data}", "--out", "{out}", "--scheme", "rolling"], r"--scheme rolling needs --train-size"),
     (["--data", "{data}", "--out", "{out}", "--distributed", "--jobs", "2"], r"one job at a time"),
     (["--data", "{data}", "--out", "{out}", "--test-size", "1 year"], r"neither a count of bars"),
+    (["--data", "{data}", "--out", "{out}", "--folds", "20", "--test-size", "1y"],
+     r"20 folds of --test-size 1y after --purge 0 need more bars than the 300 selected"),
     (["--data", "{data}", "--out", "{out}", "--folds", "2", "--test-size", "100"],
      r"fold 1 \(training bars .*\): .* bars .* left for training"),
 ])
