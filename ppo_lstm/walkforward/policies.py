@@ -27,7 +27,10 @@ def action_index(env: EnvConfig, lots: int) -> int:
 
 class EnsemblePolicy:
     """S agents, each with its own LSTM state; the policy is the mean of their action
-    probabilities at every bar. ``step`` returns its log (so argmax and softmax act on the mean)."""
+    probabilities at every bar. ``step`` returns its log (so argmax and softmax act on the mean).
+
+    It is not a vote: the most likely action of the mean can be one that no seed or only a
+    minority of the seeds would take (``agreement.py`` counts how often it matches each seed)."""
 
     def __init__(self, agents: Sequence[RecurrentActorCritic]) -> None:
         self.agents = list(agents)

@@ -5,14 +5,16 @@ A test window is bars ``a..b-1`` of an instrument. Every one of them is scored: 
 backtest's first decision is at the close of bar ``a-1`` (its observation the ``W`` bars up
 to it, all before the window), its first order fills at bar ``a``'s open and its last bar
 is ``b-1``. The per-bar returns ``[b-a]`` are the equity's
-simple returns, bar ``a`` first; the windows of consecutive folds stitch end to end.
+simple returns, bar ``a`` first; the windows of consecutive folds stitch end to end. The
+positions ``[b-a]`` are the signed lots held during each of those bars: the target of the
+decision at the close before it (0 once an account is bust).
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -66,7 +68,8 @@ def checkpoint_of(job: Job) -> Path:
 
 def finish_job(job: Job, datas: Sequence[MarketData], calendar: np.ndarray) -> None:
     """Trade the job's test window on every instrument with its checkpoint and write
-    ``test.json`` (the job's marker of being done), atomically."""
+    ``test.json`` (the job's marker of being done), atomically: per instrument the scored bars'
+    ``time``, ``returns`` and ``positions`` ``[T]`` and the figures."""
     torch.set_num_threads(1)
     path = checkpoint_of(job)
     agent, config = load_policy(path)
@@ -77,7 +80,8 @@ def finish_job(job: Job, datas: Sequence[MarketData], calendar: np.ndarray) -> N
         result = trade(agent, config.env, data, a, b)
         out["instruments"][instrument_name(data.source)] = {
             "time": [pd.Timestamp(t).isoformat() for t in result.time[1:]],
-            "returns": returns_of(result.equity).tolist(), "figures": result.agent.as_dict()}
+            "returns": returns_of(result.equity).tolist(), "positions": result.position.tolist(),
+            "figures": result.agent.as_dict()}
     text = json.dumps(out)
     atomic_write_bytes(job.path / DONE_NAME, lambda handle: handle.write(text.encode("utf-8")))
 
@@ -89,20 +93,25 @@ def read_job(job: Job) -> dict[str, Any]:
 @dataclass
 class FoldTrades:
     """One fold on one instrument: ``time [T]`` of the scored bars and per-bar returns
-    ``[T]`` of every seed (``seeds[s]``), the ensemble and the baselines."""
+    ``[T]`` of every seed (``seeds[s]``), the ensemble and the baselines; the positions ``[T]``
+    (signed lots held during each bar) of every seed (``seed_positions[s]``, None when its
+    ``test.json`` predates them) and of the ensemble (None when not traded here)."""
 
     time: np.ndarray
     seeds: dict[int, np.ndarray]
     ensemble: np.ndarray
     baselines: dict[str, np.ndarray]
+    seed_positions: dict[int, Optional[np.ndarray]] = field(default_factory=dict)
+    ensemble_positions: Optional[np.ndarray] = None
 
 
 def trade_fold(jobs: Sequence[Job], data: MarketData, calendar: np.ndarray) -> FoldTrades:
     """The ensemble of ``jobs`` (one fold's seeds) and the baselines on the fold's window of ``data``;
-    the seeds' returns are read from their ``test.json``."""
+    the seeds' returns and positions are read from their ``test.json``."""
     fold = jobs[0].fold
     name = instrument_name(data.source)
-    loaded = [load_policy(job.path / read_job(job)["checkpoint"]) for job in jobs]
+    done = {job.seed: read_job(job) for job in jobs}
+    loaded = [load_policy(job.path / done[job.seed]["checkpoint"]) for job in jobs]
     agents: list[RecurrentActorCritic] = [agent for agent, _ in loaded]
     env = loaded[0][1].env
     a, b = window_bars(data, calendar, fold)
@@ -110,7 +119,16 @@ def trade_fold(jobs: Sequence[Job], data: MarketData, calendar: np.ndarray) -> F
     decisions = ensemble.bars
     flat = trade(flat_policy(env, decisions), env, data, a, b)
     ma = trade(RulePolicy(env, ma_crossover_lots(data.close, a - 1, decisions, env)), env, data, a, b)
-    seeds = {job.seed: np.asarray(read_job(job)["instruments"][name]["returns"], dtype=np.float64) for job in jobs}
-    return FoldTrades(time=np.asarray(ensemble.time[1:]), seeds=seeds, ensemble=returns_of(ensemble.equity),
+    tested = {seed: one["instruments"][name] for seed, one in done.items()}
+    return FoldTrades(time=np.asarray(ensemble.time[1:]),
+                      seeds={s: np.asarray(t["returns"], dtype=np.float64) for s, t in tested.items()},
+                      ensemble=returns_of(ensemble.equity),
                       baselines={"buy_and_hold": returns_of(ensemble.buy_and_hold_equity),
-                                 "flat": returns_of(flat.equity), "ma_10_40": returns_of(ma.equity)})
+                                 "flat": returns_of(flat.equity), "ma_10_40": returns_of(ma.equity)},
+                      seed_positions={s: _positions(t) for s, t in tested.items()},
+                      ensemble_positions=ensemble.position.copy())
+
+
+def _positions(tested: dict[str, Any]) -> Optional[np.ndarray]:
+    """A seed's positions ``[T]`` from its ``test.json`` entry; None for a file written before they were kept."""
+    return None if "positions" not in tested else np.asarray(tested["positions"], dtype=np.int64)
