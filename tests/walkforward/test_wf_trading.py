@@ -3,6 +3,8 @@ scored and none before it, the seed ensemble averages probabilities, the baselin
 through the same engine, and stitched folds equal the folds' own backtests. In-process, fast."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import torch
@@ -41,8 +43,8 @@ def test_a_test_window_scores_exactly_its_bars_and_reads_only_earlier_ones() -> 
     a, b = 150, 180
     result = trade(agent(0), ENV, data, a, b)
     assert result.bars == b - a and result.time[1] == data.timestamps[a] and result.time[-1] == data.timestamps[b - 1]
-    later = MarketData(**{**data.__dict__, "close": data.close.copy(), "open": data.open.copy(),
-                          "high": data.high.copy(), "low": data.low.copy()})
+    later = dataclasses.replace(data, close=data.close.copy(), open=data.open.copy(), high=data.high.copy(),
+                                low=data.low.copy())
     for name in ("open", "high", "low", "close"):
         getattr(later, name)[a:] *= 1.3  # the window's own bars change; the first decision cannot see them
     again = trade(agent(0), ENV, later, a, b)
