@@ -3,8 +3,11 @@
 One driftless daily random walk (1500 bars), 5 folds x 3 seeds = 15 small training jobs,
 run twice with the same settings:
 
-    walkforward-ppo-lstm --data walk.csv --folds 5 --test-size 120 --seeds 3 --jobs 1 ...   (torch threads: cores)
-    walkforward-ppo-lstm --data walk.csv --folds 5 --test-size 120 --seeds 3 --jobs 2 ...   (cores / 2 each)
+    walkforward-ppo-lstm --data walk.csv --folds 5 --test-size 120 --seeds 3 --jobs 1 ...
+    walkforward-ppo-lstm --data walk.csv --folds 5 --test-size 120 --seeds 3 --jobs 2 ...
+
+each job with the default torch threads (1, as the trainer's, unless OMP_NUM_THREADS is set;
+the table prints what the walk-forward reported).
 
 Each run starts in an empty output dir. Also checks that both runs give the same report
 figures. Prints a table and ONE JSON line. On a shared machine the times are noisy;
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,7 +45,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     data = write_walk(out / "walk.csv", 1500, 100)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    times, summaries = {}, {}
+    times, summaries, threads = {}, {}, {}
     for jobs in (1, 2):
         target = out / f"jobs{jobs}"
         shutil.rmtree(target, ignore_errors=True)
@@ -54,14 +58,17 @@ def main() -> None:
         if done.returncode != 0:
             sys.exit(f"--jobs {jobs}: walk-forward failed ({done.returncode}): {done.stderr[-2000:]}")
         summaries[jobs] = json.loads((target / "summary.json").read_text())
+        found = re.search(r"(\d+) torch thread\(s\) each", done.stdout)
+        threads[jobs] = int(found.group(1)) if found else None
     same = summaries[1]["figures"] == summaries[2]["figures"]
     print("# python bench/walkforward_walltime.py " + " ".join(sys.argv[1:]))
     print(f"# each: walkforward-ppo-lstm --folds 5 --test-size 120 --seeds 3 --jobs J {' '.join(TRAINING)}")
-    print(f"{'--jobs':>6s} {'wall s':>8s} {'speed-up':>9s}")
+    print(f"{'--jobs':>6s} {'threads/job':>11s} {'wall s':>8s} {'speed-up':>9s}")
     for jobs in (1, 2):
-        print(f"{jobs:6d} {times[jobs]:8.1f} {times[1] / times[jobs]:9.2f}")
+        print(f"{jobs:6d} {threads[jobs]!s:>11s} {times[jobs]:8.1f} {times[1] / times[jobs]:9.2f}")
     print(f"same report figures: {same}  (15 jobs; cores: {len(os.sched_getaffinity(0))})")
     print(json.dumps({"bench": "walkforward_walltime", "jobs": 15, "wall_s": {"1": times[1], "2": times[2]},
+                      "threads_per_job": {"1": threads[1], "2": threads[2]},
                       "speedup": times[1] / times[2], "same_figures": same,
                       "cores": len(os.sched_getaffinity(0))}))
 
