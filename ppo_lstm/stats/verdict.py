@@ -40,7 +40,7 @@ class EdgeVerdict:
     bars: int
     periods_per_year: float
     alpha: AlphaTest  # HAC regression on the benchmark: alpha, beta, one-sided p and lower bound
-    bootstrap: AlphaBootstrap  # the intercept under the stationary bootstrap
+    bootstrap: Optional[AlphaBootstrap]  # the intercept under the stationary bootstrap (None: not needed)
     excess: Optional[BootstrapTest]  # description: annualised mean excess return (fraction)
     sharpe_difference: Optional[BootstrapTest]  # description: annualised Sharpe(agent) - Sharpe(benchmark)
     psr_zero: Optional[float]  # P(true Sharpe of the agent > 0)
@@ -56,9 +56,9 @@ class EdgeVerdict:
     def line(self) -> str:
         """One plain line, beginning ``Edge over buy-and-hold: shown`` or ``... not shown``."""
         a = self.alpha
+        boot = "not needed" if self.bootstrap is None else f"{self.bootstrap.p_value:.3g}"
         figures = (f"alpha {100 * a.alpha_annual:+.1f} % a year, one-sided {100 * (1 - self.level):.0f} % lower bound "
-                   f"{100 * a.lower_annual:+.1f} %; p = {a.p_value:.3g}, bootstrap p = {self.bootstrap.p_value:.3g}; "
-                   f"beta {a.beta:.2f}")
+                   f"{100 * a.lower_annual:+.1f} %; p = {a.p_value:.3g}, bootstrap p = {boot}; beta {a.beta:.2f}")
         if self.n_trials > 1:
             dsr = "undefined" if self.dsr is None else f"{self.dsr:.2f}"
             figures += f"; deflated Sharpe {dsr} over {self.n_trials} trials"
@@ -68,7 +68,7 @@ class EdgeVerdict:
         """Every figure (JSON-safe), the line included."""
         return {"shown": self.shown, "line": self.line(), "level": self.level, "bars": self.bars,
                 "periods_per_year": self.periods_per_year, "alpha": self.alpha.as_dict(),
-                "bootstrap": self.bootstrap.as_dict(),
+                "bootstrap": None if self.bootstrap is None else self.bootstrap.as_dict(),
                 "excess_return": None if self.excess is None else self.excess.as_dict(),
                 "sharpe_difference": None if self.sharpe_difference is None else self.sharpe_difference.as_dict(),
                 "psr_zero": self.psr_zero, "dsr": self.dsr, "n_trials": self.n_trials,
@@ -118,7 +118,9 @@ def edge_verdict(agent: np.ndarray, benchmark: np.ndarray, periods_per_year: flo
     ``n_trials`` counts every configuration and seed tried (>= 1); ``trial_sharpes`` are those trials'
     per-bar Sharpe ratios of their hedged returns over the same bars, and ``extra_trial_variance`` a
     variance in the same units from elsewhere (a tuning study, see :func:`rescaled_variance`).
-    ``describe=False`` leaves out the descriptive bootstraps (excess return, Sharpe difference).
+    ``describe=False`` computes only what decides: the descriptive bootstraps (excess return, Sharpe
+    difference) are left out, and the intercept's bootstrap runs only where the HAC test passes (where
+    it fails, the edge is not shown whatever the bootstrap says), so ``bootstrap`` may be None.
     """
     agent, benchmark = as_returns(agent), as_returns(benchmark)
     if agent.shape != benchmark.shape:
@@ -129,13 +131,14 @@ def edge_verdict(agent: np.ndarray, benchmark: np.ndarray, periods_per_year: flo
         raise ValueError(f"n_trials must be >= 1, got {n_trials}")
     size = 1.0 - level
     hac = alpha_test(agent, benchmark, periods_per_year, size=size)
-    boot = alpha_bootstrap(agent, benchmark, periods_per_year, reps=reps, seed=seed, size=size)
+    needed = describe or (hac.alpha > 0 and hac.p_value < level)
+    boot = alpha_bootstrap(agent, benchmark, periods_per_year, reps=reps, seed=seed, size=size) if needed else None
     variance: Optional[float] = None
     dsr: Optional[float] = None
     if n_trials > 1:
         variance = trial_variance(trial_sharpes, agent.size, extra_trial_variance)
         dsr = None if hac.exact_fit else deflated_sharpe_ratio(hedged_returns(agent, benchmark), n_trials, variance)
-    shown = (hac.alpha > 0 and hac.p_value < level and boot.p_value < level
+    shown = (hac.alpha > 0 and hac.p_value < level and boot is not None and boot.p_value < level
              and (n_trials == 1 or (dsr is not None and dsr > size)))
     excess = difference = None
     if describe:

@@ -6,8 +6,10 @@ With several instruments the verdict is about the equal-weight basket: at each s
 mean of the instruments' returns (an instrument without a bar there counts 0), i.e. cash
 split equally among them and rebalanced every bar.
 
-The verdict (:func:`verdict_of`) is the seed ensemble's against buy-and-hold. Its trial
-count is :func:`trial_count`, the one place that counts trials.
+The verdict (:func:`verdict_of`) is the seed ensemble's against buy-and-hold, on the per-bar
+P&L over each fold's starting equity (:func:`on_starting_capital`), where a position held
+unchanged is an exact multiple of buy-and-hold. Its trial count is :func:`trial_count`, the
+one place that counts trials.
 """
 from __future__ import annotations
 
@@ -37,6 +39,32 @@ class StudyTrials(Protocol):
 
 BOOTSTRAP_REPS = 2000
 SPA_REPS = 1000
+
+
+def on_starting_capital(r: np.ndarray, fold: np.ndarray) -> np.ndarray:
+    """Per-bar P&L over the fold's starting equity ``[T]``, from simple returns ``r [T]`` and fold numbers
+    ``fold [T]`` (each fold a fresh account): ``(E_t - E_{t-1}) / E_0 = r_t prod_{j<t} (1 + r_j)``.
+
+    The engine trades fixed units per lot, so a position held unchanged is a fixed dollar exposure:
+    its P&L is an exact multiple of buy-and-hold's in these units, while its simple returns are not
+    (a short's weight in its equity grows as the price rises). The verdict's regression is in these units.
+    """
+    r, fold = np.asarray(r, dtype=np.float64), np.asarray(fold)
+    out = np.empty_like(r)
+    starts = np.flatnonzero(np.r_[True, fold[1:] != fold[:-1]])
+    for lo, hi in zip(starts, np.r_[starts[1:], r.size]):
+        growth = np.cumprod(1.0 + r[lo:hi])
+        out[lo:hi] = r[lo:hi] * np.r_[1.0, growth[:-1]]
+    return out
+
+
+def capital_frame(oos: pd.DataFrame, seeds: Sequence[int]) -> pd.DataFrame:
+    """``oos`` with every series in :func:`on_starting_capital` units, per instrument and fold."""
+    out = oos.copy()
+    for _, part in oos.groupby("instrument", sort=False):
+        for column in series_columns(seeds):
+            out.loc[part.index, column] = on_starting_capital(part[column].to_numpy(), part["fold"].to_numpy())
+    return out
 
 
 def trial_count(wf: WalkForwardConfig, study: Optional[StudyTrials] = None) -> int:
@@ -102,11 +130,12 @@ def _plain(value: Any) -> Optional[float]:
     return value if np.isfinite(value) else None
 
 
-def instrument_alphas(oos: pd.DataFrame, periods_per_year: float) -> dict[str, dict[str, Any]]:
-    """Per instrument, the HAC alpha test of the ensemble over that instrument's buy-and-hold."""
+def instrument_alphas(capital: pd.DataFrame, periods_per_year: float) -> dict[str, dict[str, Any]]:
+    """Per instrument, the HAC alpha test of the ensemble over that instrument's buy-and-hold
+    (``capital``: a :func:`capital_frame`)."""
     return {str(name): alpha_test(part["ensemble"].to_numpy(), part["buy_and_hold"].to_numpy(),
                                   periods_per_year).as_dict()
-            for name, part in oos.groupby("instrument", sort=False)}
+            for name, part in capital.groupby("instrument", sort=False)}
 
 
 def edge_figures(v: Any) -> dict[str, Any]:
@@ -134,8 +163,8 @@ class Verdict:
 
 def verdict_of(series: pd.DataFrame, seeds: Sequence[int], periods_per_year: float,
                wf: WalkForwardConfig, study: Optional[StudyTrials] = None) -> Verdict:
-    """``edge_verdict`` of the ensemble over buy-and-hold on the stitched ``series`` (a :func:`basket`),
-    and the SPA test of the seeds, the ensemble and MA 10/40."""
+    """``edge_verdict`` of the ensemble over buy-and-hold on the stitched ``series`` (the :func:`basket`
+    of a :func:`capital_frame`), and the SPA test of the seeds, the ensemble and MA 10/40."""
     bench = series["buy_and_hold"].to_numpy()
     trial_sharpes = seed_trial_sharpes([series[f"seed_{s}"].to_numpy() for s in seeds], bench)
     n = trial_count(wf, study)
