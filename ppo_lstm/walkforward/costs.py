@@ -11,13 +11,14 @@ its equity.
 * **Turnover** (:func:`turnover_of`): the value traded at each bar's open as a fraction of the
   equity before it (a full entry and a full exit count 1 each), its mean per bar and a year.
 * **Break-even fee**: the fee per side (bps) at which the one-sided 95 % lower bound of the
-  alpha over buy-and-hold (:func:`ppo_lstm.stats.alpha.alpha_test`) reaches 0: found between the
+  alpha over buy-and-hold (:func:`ppo_lstm.stats.alpha.alpha_test`) reaches 0, in the verdict's
+  units (``results.on_starting_capital``: each bar's P&L over its fold's starting equity): found between the
   cost paid and :data:`CAP_BPS` by stepping up :data:`GRID_BPS` and then bisecting to
   :data:`TOLERANCE_BPS`; "below the cost paid" when the bound is already <= 0 there, "above the
   cap" when it is still > 0 at :data:`CAP_BPS`.
 
 With several instruments the figures are the equal-weight basket's (at each stamp the mean of
-the instruments' returns and turnovers, an instrument without a bar there counting 0), as in
+the instruments' P&L and turnovers, an instrument without a bar there counting 0), as in
 ``results.basket``: the basket is what the verdict's alpha is about.
 """
 from __future__ import annotations
@@ -35,7 +36,7 @@ from envs.data.instruments import instrument_name
 
 from ..stats.alpha import AlphaTest, alpha_test
 from .policies import RulePolicy
-from .trading import FoldTrades, returns_of, trade
+from .trading import FoldTrades, trade
 
 CAP_BPS = 1000.0  # 10 % a side: no strategy here trades at that
 TOLERANCE_BPS = 0.1
@@ -94,15 +95,16 @@ def _basket(legs: Sequence[Leg], columns: dict[str, list[np.ndarray]]) -> pd.Dat
 
 def reprice(legs: Sequence[Leg], env: EnvConfig, fee_bps: float, slippage_bps: Optional[float] = None
             ) -> pd.DataFrame:
-    """The basket's per-stamp ``ensemble``, ``buy_and_hold`` and ``turnover`` ``[T]`` with the legs' positions
-    traded at ``fee_bps`` per side (and ``slippage_bps``, default the env's)."""
+    """The basket's per-stamp ``ensemble`` and ``buy_and_hold`` P&L over each fold's starting equity and
+    ``turnover``, ``[T]`` each, with the legs' positions traded at ``fee_bps`` per side (and
+    ``slippage_bps``, default the env's)."""
     priced = dataclasses.replace(env, fee_bps=float(fee_bps),
                                  slippage_bps=env.slippage_bps if slippage_bps is None else float(slippage_bps))
     columns: dict[str, list[np.ndarray]] = {"ensemble": [], "buy_and_hold": [], "turnover": []}
     for leg in legs:
         result = trade(RulePolicy(priced, leg.positions), priced, leg.data, leg.a, leg.b)
-        columns["ensemble"].append(returns_of(result.equity))
-        columns["buy_and_hold"].append(returns_of(result.buy_and_hold_equity))
+        columns["ensemble"].append(np.diff(result.equity) / result.equity[0])  # a leg is one fold: a fresh account
+        columns["buy_and_hold"].append(np.diff(result.buy_and_hold_equity) / result.buy_and_hold_equity[0])
         columns["turnover"].append(turnover_of(result.equity, result.position, leg.data.open[leg.a:leg.b],
                                                float(result.close[0]), env.max_position))
     return _basket(legs, columns)
@@ -194,7 +196,7 @@ def cost_lines(summary: dict[str, Any], basket: bool) -> list[str]:
              f"Turnover ({whose}): the value traded at each bar's open as a share of the equity before it (a full "
              f"entry and a full exit count 100 % each): {100 * turnover['per_bar']:.2f} % a bar, "
              f"{turnover['per_year']:.1f} times the equity a year. At the {_bps(paid)} fee and {_bps(slip)} slippage "
-             f"paid, costs took {100 * summary['cost_drag_annual']:.2f} % a year (mean return).", "",
+             f"paid, costs took {100 * summary['cost_drag_annual']:.2f} % of the starting equity a year.", "",
              "The same positions traded again at higher fees per side, through the same backtest (same orders and "
              "fills, other fees; slippage unchanged). Buy-and-hold pays the same fee on its entry in each fold, so "
              "it is re-priced alike.", "",

@@ -1,7 +1,8 @@
 """Cost sensitivity (ppo_lstm.walkforward.costs): the ensemble's positions re-priced at another fee
-through the same backtest give the same fills, the traded returns at the cost paid and
-buy-and-hold re-priced on its entry only; the turnover is the value traded over equity; the
-break-even search; the basket as results.basket makes it. In-process, small synthetic walks, fast."""
+through the same backtest give the same fills, at the cost paid the traded P&L (in the verdict's
+units, over each fold's starting equity), and buy-and-hold re-priced on its entry only; the
+turnover is the value traded over equity; the break-even search; the basket as the verdict's
+(results.basket of results.capital_frame). In-process, small synthetic walks, fast."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,7 +15,7 @@ from envs.data import MarketData
 from ppo_lstm.stats.alpha import alpha_test
 from ppo_lstm.walkforward.costs import break_even, cost_sensitivity, legs_of, reprice
 from ppo_lstm.walkforward.policies import RulePolicy
-from ppo_lstm.walkforward.results import basket, oos_frame
+from ppo_lstm.walkforward.results import basket, capital_frame, on_starting_capital, oos_frame
 from ppo_lstm.walkforward.trading import FoldTrades, returns_of, trade
 from test_wf_trading import ENV, agent, walk
 
@@ -38,8 +39,11 @@ def test_repricing_keeps_the_fills_and_at_the_cost_paid_gives_the_traded_returns
     trades = traded(data, lambda a, b: agent(2))
     legs = legs_of({"walk.csv": trades}, [data])
     paid = reprice(legs, ENV, ENV.fee_bps)
-    assert np.array_equal(paid["ensemble"], np.concatenate([t.ensemble for _, t in trades]))
-    assert np.array_equal(paid["buy_and_hold"], np.concatenate([t.baselines["buy_and_hold"] for _, t in trades]))
+    folds = np.concatenate([np.full(len(t.time), k) for k, t in trades])
+    for column, traded_returns in (("ensemble", [t.ensemble for _, t in trades]),
+                                   ("buy_and_hold", [t.baselines["buy_and_hold"] for _, t in trades])):
+        capital = on_starting_capital(np.concatenate(traded_returns), folds)
+        assert np.allclose(paid[column], capital, rtol=1e-12, atol=1e-16)
     dearer = reprice(legs, ENV, 40.0)
     a, b = WINDOWS[0]
     priced = dataclasses.replace(ENV, fee_bps=40.0)
@@ -47,7 +51,9 @@ def test_repricing_keeps_the_fills_and_at_the_cost_paid_gives_the_traded_returns
     assert np.array_equal(again.position, legs[0].positions)  # the same orders at every bar
     extra = cheap.buy_and_hold_equity - again.buy_and_hold_equity  # buy-and-hold pays more on its entry only
     assert extra[0] == 0.0 and extra[1] > 0.0 and np.allclose(extra[1:], extra[1], rtol=1e-12, atol=0)
-    assert np.all(dearer["buy_and_hold"][[0, b - a]] < paid["buy_and_hold"][[0, b - a]])  # each fold's entry bar
+    entries = np.isin(np.arange(len(paid)), [0, b - a])  # each fold's entry bar
+    assert np.all(dearer["buy_and_hold"][entries] < paid["buy_and_hold"][entries])
+    assert np.allclose(dearer["buy_and_hold"][~entries], paid["buy_and_hold"][~entries], rtol=0, atol=1e-15)
     assert dearer["ensemble"].sum() < paid["ensemble"].sum()
 
 def test_turnover_is_the_value_traded_over_equity() -> None:
@@ -96,7 +102,7 @@ def test_several_instruments_are_priced_as_the_verdicts_basket() -> None:
     trades = {"walk.csv": traded(weekdays, lambda a, b: agent(3)), "other.csv": traded(other, lambda a, b: agent(4))}
     legs = legs_of(trades, [weekdays, other])
     ours = reprice(legs, ENV, ENV.fee_bps)
-    theirs = basket(oos_frame(trades, []), [])
+    theirs = basket(capital_frame(oos_frame(trades, []), []), [])
     assert np.array_equal(ours["time"], theirs["time"])
     assert np.allclose(ours["ensemble"], theirs["ensemble"], rtol=0, atol=1e-15)
     assert np.allclose(ours["buy_and_hold"], theirs["buy_and_hold"], rtol=0, atol=1e-15)
