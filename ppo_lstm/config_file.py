@@ -16,7 +16,8 @@ file's key is the switch's own name (``no-short: false``), never its opposite.
 :func:`parse_args` reads ``--config FILE`` and the command line together: the file's
 values become the parser's defaults, so a flag on the command line wins. Every
 problem with the file raises :class:`UsageError` with one line naming the file, and
-the key and line where they are known. YAML is read with ``yaml.safe_load`` (nothing
+the key and line where they are known; only the keys of :data:`OTHER_COMMANDS_KEYS` are
+skipped by a command that lacks them. YAML is read with ``yaml.safe_load`` (nothing
 in a file is executed); TOML with :mod:`tomllib` (``tomli`` on Python 3.10).
 
 :func:`add_field_flag` makes a dataclass field a flag (its default, type and ``help``
@@ -48,6 +49,9 @@ from .config_values import _is_paired_switch, _kind_of, convert, show
 from .errors import Switch, UsageError, one_line
 
 CONFIG_DEST, PRINT_DEST = "config_file", "print_config"  # the two options of this module
+# Keys of one command that a file written for several may hold: a command without the option
+# skips them. tune-ppo-lstm's best.yaml feeds train-ppo-lstm and walkforward-ppo-lstm alike.
+OTHER_COMMANDS_KEYS = {"tuned-span": "walkforward-ppo-lstm"}
 FORMATS = {".yaml": "YAML", ".yml": "YAML", ".toml": "TOML"}
 _UNSET = object()  # marks the options the command line did not give
 
@@ -196,6 +200,9 @@ def read_settings(path: str, parser: argparse.ArgumentParser) -> FileSettings:
     keys: dict[str, Any] = {}
     for key, value in mapping.items():
         where = f"{path}, line {lines[key]}" if key in lines else str(path)
+        name = str(key).replace("_", "-")
+        if name in OTHER_COMMANDS_KEYS and name not in options:
+            continue  # another command's setting
         action = _option_for(key, value, options, where)
         if action.dest in values:
             raise UsageError(f"{where}: '{key}' sets {action.option_strings[0]}, as '{keys[action.dest]}' "

@@ -8,8 +8,11 @@
   failed and their slots queued again.
 - ``objective.py``: one trial: a training run per seed in a process of its own, its hold-out
   backtests reported to the pruner.
+- ``holdout_alpha.py``: a seed's ``best.pt`` backtested again on its hold-out: the per-bar Sharpe
+  ratio of its returns hedged of buy-and-hold's (the walk-forward DSR's units).
 - ``runner.py``: the worker loop, in one process or ``--jobs`` spawned processes.
 - ``report.py``: best.yaml, the top trials, importances, history.png.
-- ``study_stats.py``: ``trial_stats``, the trial count and Sharpe variance for the walk-forward verdict.
+- ``study_stats.py``: ``trial_stats``, the trial count, the trials' Sharpe ratios and the bars the
+  study read, for the walk-forward.
 - ``cli.py``, ``__main__.py``: the command line.
 """

@@ -40,8 +40,8 @@ def _run(command: Any) -> int:
     from .report import report_lines, run_settings
     from .runner import Job, run_jobs
     from .space import load_space
-    from .storage import (check_settings, default_storage, load_existing, make_storage, open_study, record_settings,
-                          wait_for_settings)
+    from .storage import (check_settings, check_span, default_storage, load_existing, make_storage, open_study,
+                          record_settings, record_span, wait_for_settings)
     from .queue import queue_slots
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -57,7 +57,7 @@ def _run(command: Any) -> int:
         return 0
     space = load_space(tune.space, build_parser())
     validate(base, world_size_for(base, resolve_device(base.device)))
-    periods_per_year = _check_holdout(base)
+    periods_per_year, span = _check_holdout(base)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -68,6 +68,7 @@ def _run(command: Any) -> int:
     study, created = open_study(storage, tune.study_name, url)
     if created:
         queue_slots(study, tune.trials)
+        record_span(study, span)
         record_settings(study, settings)  # last: the others wait for it, so they find the slots queued
     else:
         recorded = wait_for_settings(study)
@@ -75,6 +76,7 @@ def _run(command: Any) -> int:
             record_settings(study, settings)
         else:
             check_settings(tune.study_name, recorded, settings)
+        check_span(study, span)
     code = run_jobs(Job(base, tune, space, url, periods_per_year))
     _print_report(report_lines(study, url, out), out)
     return code
@@ -85,20 +87,24 @@ def _json(text: str) -> Any:
     return json.loads(text)
 
 
-def _check_holdout(base: Any) -> float:
-    """UsageError when the base configuration has no hold-out to score; its bars per year."""
+def _check_holdout(base: Any) -> tuple[float, Optional[str]]:
+    """UsageError when the base configuration has no hold-out to score; its bars per year, and
+    the span of bars its trials read (``START..END``; None on a simulated market)."""
     from envs.data.calendar import basket_bars_per_year
 
     from ..evaluation.backtest import SIMULATED_PERIODS_PER_YEAR
     from ..train.holdout import load_training_data
+    from ..walkforward.tuned_span import span_text
 
     if base.holdout <= 0 or (base.data is None and base.holdout_episodes <= 0):
         raise UsageError("the study scores trials on the hold-out, and --holdout 0 or --holdout-episodes 0 turns it "
                          "off; keep a hold-out")
     if base.data is None:
-        return SIMULATED_PERIODS_PER_YEAR
-    datas, _ = load_training_data(base)  # bad files or dates: one line, before any trial
-    return basket_bars_per_year([d.timestamps for d in datas])  # the basket's own calendar
+        return SIMULATED_PERIODS_PER_YEAR, None
+    datas, splits = load_training_data(base)  # bad files or dates: one line, before any trial
+    span = span_text(min(d.timestamps[s.lo] for d, s in zip(datas, splits)),
+                     max(d.timestamps[s.hi - 1] for d, s in zip(datas, splits)))
+    return basket_bars_per_year([d.timestamps for d in datas]), span  # the basket's own calendar
 
 
 def _print_report(lines: list[str], out: Path) -> None:

@@ -34,8 +34,9 @@ class TuneConfig:
                                     "docs/tuning.md)", metavar="FILE")
     trials: int = _f(20, "trials of the study in all, over every process and machine sharing it")
     seeds: int = _f(1, "training seeds per trial (--seed, --seed+1, ...); the objective is their mean")
-    metric: str = _f("return", "the objective: best hold-out return (%%) or best hold-out Sharpe of a trial "
-                               "(with several instruments, their mean)", choices=("return", "sharpe"))
+    metric: str = _f("return", "the objective: the hold-out return (%%) or Sharpe ratio of each seed's best.pt (its "
+                               "checkpoint of best hold-out return), the mean over seeds (with several instruments, "
+                               "over them too)", choices=("return", "sharpe"))
     sampler: str = _f("tpe", "Optuna's sampler", choices=("tpe", "random"))
     sampler_seed: int = _f(0, "the sampler's seed (trial k samples with seed + k)")
     pruner: str = _f("median", "Optuna's pruner, judging each hold-out backtest of a trial",

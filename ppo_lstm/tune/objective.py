@@ -6,14 +6,19 @@ A trial of ``--seeds 1`` trains in ``<out>/trial-NNNN/``; with more seeds, in
 --checkpoint-dir DIR`` writes (``config.yaml``, checkpoints, ``best.pt``, ``metrics.csv``,
 ``training.log``), so every other command works on it.
 
-A seed's score is its best hold-out figure (``--metric``: return in %, or the annualised
-Sharpe ratio; a hold-out without a Sharpe ratio, as when the policy stayed flat, counts 0).
+A seed is scored by its ``best.pt``, the checkpoint whose hold-out return was the best of its
+run's hold-out backtests (the trainer's choice, and what the walk-forward trades): the score is
+that checkpoint's hold-out figure (``--metric``: return in %, or the annualised Sharpe ratio; a
+hold-out without a Sharpe ratio, as when the policy stayed flat, counts 0). Picked among the
+backtests on the very bars it is scored on, the score is a selection, and the report says so.
 At every hold-out backtest the trial reports the mean of its finished seeds' scores and the
-running seed's best so far, at step ``seed index x --episodes + episode``, and the pruner
-may stop it: the training process gets SIGTERM, checkpoints and exits, and the trial ends
-PRUNED. Settings that are invalid together fail the trial before any training, and a
-training run that fails (non-finite updates, exit code not 0) fails it with the run's last
-error line; the study goes on.
+running seed's so far, at step ``seed index x --episodes + episode``; from its second backtest
+on (:data:`WARMUP_HOLDOUTS`: one noisy first backtest prunes nothing) the pruner may stop it:
+the training process gets SIGTERM, checkpoints and exits, and the trial ends PRUNED. A seed
+whose run ends backtests its ``best.pt`` again in its own process, for the hold-out's per-bar
+alpha Sharpe ratio (:mod:`ppo_lstm.tune.holdout_alpha`). Settings that are invalid together
+fail the trial before any training, and a training run that fails (non-finite updates, exit
+code not 0) fails it with the run's last error line; the study goes on.
 
 The trial beats every ``--heartbeat`` seconds while its training runs, and while a stopped run
 checkpoints. Should another process have ended the trial meanwhile (it judged the trial's
@@ -41,9 +46,11 @@ import optuna
 
 from ..config import TrainConfig, config_yaml, validate
 from ..errors import UsageError, one_line
+from .holdout_alpha import HoldoutMeasure, read_measure, write_measure
 from .queue import beat
 from .space import Space, apply
 
+WARMUP_HOLDOUTS = 1  # a trial's first hold-out backtests that the pruner never judges
 POLL_S = 0.25
 STOP_WAIT_S = 60.0
 PR_SET_PDEATHSIG = 1
@@ -59,12 +66,18 @@ class Interrupted(BaseException):
 
 @dataclass
 class SeedRun:
-    """What one seed's training run gave so far: its best score, the annualised hold-out
-    Sharpe ratio at that checkpoint, and the rows of ``metrics.csv`` already read."""
+    """What one seed's training run gave so far: the hold-out figures of its best checkpoint
+    (best hold-out return; ``best`` is its score, ``sharpe`` its annualised Sharpe ratio,
+    ``buy_and_hold`` buy-and-hold's return in %), the hold-out backtests and rows of
+    ``metrics.csv`` read, and, once the run has ended, its :class:`HoldoutMeasure`."""
 
     best: float = -math.inf
+    best_return: float = -math.inf
     sharpe: float = 0.0
+    buy_and_hold: Optional[float] = None
+    backtests: int = 0
     rows_read: int = 0
+    measure: Optional[HoldoutMeasure] = None
 
 
 def trial_dirs(out: str, number: int, seeds: int) -> list[Path]:
@@ -80,8 +93,9 @@ def _float(text: Optional[str]) -> Optional[float]:
     return value if value is not None and math.isfinite(value) else None
 
 
-def _train_child(argv: list[str], stderr_path: str) -> None:
-    """A training run in a forked process: it dies with its parent, writes stderr to a file."""
+def _train_child(argv: list[str], stderr_path: str, run_dir: Path) -> None:
+    """A training run in a forked process: it dies with its parent, writes stderr to a file,
+    and measures its ``best.pt`` when the run ends well (:func:`write_measure`)."""
     try:
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):  # not Linux: a killed tuner leaves its run to finish
@@ -96,7 +110,10 @@ def _train_child(argv: list[str], stderr_path: str) -> None:
     try:
         from ..cli import main
         code = main(argv)
+        if code == 0:
+            write_measure(run_dir)
     except BaseException as error:  # noqa: BLE001 - whatever ends the run ends it with a line
+        code = 1  # also when the run ended well but its best.pt could not be measured
         print(f"error: {one_line(error)}", file=sys.stderr)
     finally:
         sys.stdout.flush()
@@ -138,6 +155,18 @@ class TrialRunner:
         trial.set_user_attr("score_std", statistics.stdev(scores) if len(scores) > 1 else 0.0)
         trial.set_user_attr("holdout_sharpe", statistics.fmean(s.sharpe for s in seeds))
         trial.set_user_attr("holdout_sharpe_seeds", [s.sharpe for s in seeds])
+        trial.set_user_attr("holdout_backtests", [s.backtests for s in seeds])
+        held = [s.buy_and_hold for s in seeds if s.buy_and_hold is not None]
+        if held:
+            trial.set_user_attr("holdout_buy_and_hold_pct", statistics.fmean(held))
+        measures = [s.measure for s in seeds]
+        if all(m is not None and m.alpha_sharpe is not None for m in measures):  # every seed's run ended
+            trial.set_user_attr("holdout_alpha_sharpe", statistics.fmean(m.alpha_sharpe for m in measures))
+            trial.set_user_attr("holdout_alpha_sharpe_seeds", [m.alpha_sharpe for m in measures])
+            trial.set_user_attr("holdout_bars", int(statistics.median(m.bars for m in measures)))
+            bench = [m.buy_and_hold_sharpe for m in measures if m.buy_and_hold_sharpe is not None]
+            if bench:
+                trial.set_user_attr("holdout_buy_and_hold_sharpe", statistics.fmean(bench))
 
     def _run_seed(self, trial: optuna.trial.Trial, config: TrainConfig, index: int, done: list[SeedRun]) -> SeedRun:
         """Train one seed, reporting each hold-out backtest; SIGTERM when the pruner says so."""
@@ -148,7 +177,8 @@ class TrialRunner:
             handle.write(config_yaml(config, ("the trial's settings, read once by its training run",)))
         stderr_path = str(run_dir.parent / f".{run_dir.name}.stderr")
         context = multiprocessing.get_context("fork")  # inherits the imports: no second torch start-up
-        child = context.Process(target=_train_child, args=(["--config", config_path], stderr_path), daemon=False)
+        child = context.Process(target=_train_child, args=(["--config", config_path], stderr_path, run_dir),
+                                daemon=False)
         seed = SeedRun()
         last_beat = 0.0
         try:
@@ -177,6 +207,7 @@ class TrialRunner:
             raise TrialFailed(f"training in {run_dir} exited with code {code}: {reason or 'no error line'}")
         if seed.best == -math.inf:
             raise TrialFailed(f"training in {run_dir} ran no hold-out backtest")
+        seed.measure = read_measure(run_dir)
         return seed
 
     def _read(self, trial: optuna.trial.Trial, metrics: Path, seed: SeedRun, index: int, done: list[SeedRun],
@@ -193,13 +224,15 @@ class TrialRunner:
             ret = _float(row.get("holdout_return_pct"))
             if ret is None:
                 continue  # an update without a hold-out backtest
-            sharpe = _float(row.get("holdout_sharpe")) or 0.0
-            score = ret if self.metric == "return" else sharpe
-            if score > seed.best:
-                seed.best, seed.sharpe = score, sharpe
+            seed.backtests += 1
+            if ret > seed.best_return:  # the trainer's best.pt: strictly better hold-out return
+                seed.best_return, seed.sharpe = ret, _float(row.get("holdout_sharpe")) or 0.0
+                seed.buy_and_hold = _float(row.get("holdout_buy_and_hold_pct"))
+                seed.best = ret if self.metric == "return" else seed.sharpe
             so_far = statistics.fmean([s.best for s in done] + [seed.best])
             trial.report(so_far, step=index * episodes + int(float(row["episodes"])))
-            if trial.should_prune():
+            warm = sum(s.backtests for s in done) + seed.backtests > WARMUP_HOLDOUTS
+            if warm and trial.should_prune():
                 return True
         return False
 

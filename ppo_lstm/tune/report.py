@@ -1,15 +1,24 @@
 """The study's results: ``best.yaml`` (the best trial's full settings, a training config
-file), the table of the top trials with their seeds' spread, parameter importances and the
-optimisation history as ``history.png``; ``report.txt`` holds what is printed."""
+file, with the span of bars the study read), the table of the top trials with their seeds'
+spread and buy-and-hold on the same hold-out, parameter importances and the optimisation
+history as ``history.png``; ``report.txt`` holds what is printed.
+
+``best.yaml`` leaves ``--data-start`` and ``--data-end`` out: it holds the settings, not the
+bars, so ``train-ppo-lstm --config best.yaml`` trains on the file's bars and the walk-forward
+cuts its folds from them. Its ``tuned-span`` key (a walk-forward setting, which the training
+command skips) names the bars the study read: the walk-forward refuses a test window among them.
+"""
 from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 import warnings
 from pathlib import Path
 from typing import Any, Optional
 
 import optuna
+import yaml
 from optuna.trial import FrozenTrial, TrialState
 
 from ..config import TrainConfig, build_parser, config_yaml
@@ -17,7 +26,7 @@ from ..config_file import keyed_options
 from ..errors import one_line
 from ..rundir.checkpoint import atomic_write_bytes
 from .queue import FAIL_REASON
-from .storage import SETTINGS_ATTR, shown_url
+from .storage import SETTINGS_ATTR, SPAN_ATTR, shown_url
 
 TOP = 10
 
@@ -49,10 +58,18 @@ def write_best(study: optuna.Study, out: Path) -> Optional[FrozenTrial]:
     if not complete:
         return None
     best = max(complete, key=lambda t: (t.value, -t.number))
+    span = study.user_attrs.get(SPAN_ATTR)
     header = (f"Best trial {best.number} of study '{study.study_name}' (score {best.value:.6g}); its full settings.",
               "Train with: train-ppo-lstm --config best.yaml --checkpoint-dir DIR (launch settings such as "
-              "--device are at their defaults)")
-    text = config_yaml(trial_config(study, best), header)
+              "--device are at their defaults)",
+              "data-start and data-end are left out: choose the bars to train on"
+              + (f"; the study read {span} (tuned-span, at the end, which walkforward-ppo-lstm reads and the "
+                 f"training command skips)" if span else ""))
+    config = dataclasses.replace(trial_config(study, best), data_start=None, data_end=None)
+    text = config_yaml(config, header)
+    if span:
+        text += ("\n# walk-forward: a test window among the bars the study read is refused\n"
+                 + yaml.safe_dump({"tuned-span": span}, default_flow_style=False))
     atomic_write_bytes(out / "best.yaml", lambda handle: handle.write(text.encode("utf-8")))
     return best
 
@@ -63,37 +80,75 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _cell(value: Any) -> str:
+    return "-" if value is None else _fmt(value)
+
+
+# The trial table's figures beside the score: header, width, and how to read one from a trial.
+def _alpha_annual(t: FrozenTrial) -> Optional[float]:
+    per_bar, years = t.user_attrs.get("holdout_alpha_sharpe"), t.user_attrs.get("periods_per_year")
+    return None if per_bar is None or not years else per_bar * math.sqrt(years)
+
+
+COLUMNS = (("seed std", 8, lambda t: t.user_attrs.get("score_std")),
+           ("b&h ret", 7, lambda t: t.user_attrs.get("holdout_buy_and_hold_pct")),
+           ("sharpe", 6, lambda t: t.user_attrs.get("holdout_sharpe")),
+           ("b&h sharpe", 10, lambda t: t.user_attrs.get("holdout_buy_and_hold_sharpe")),
+           ("alpha sharpe", 12, _alpha_annual))
+
+
+def objective_lines(study: optuna.Study, metric: str, seeds: int) -> list[str]:
+    """What a trial's score is, and that it is a selection on the bars it is scored on."""
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    counts = [n for t in done for n in t.user_attrs.get("holdout_backtests", [])]
+    among = f"the best of its run's {int(statistics.median(counts))} hold-out backtests" if counts else \
+        "the best of its run's hold-out backtests"
+    return [f"Objective: the hold-out {'return (%)' if metric == 'return' else 'Sharpe ratio'} of each seed's "
+            f"best.pt, mean over {seeds} seed(s) per trial",
+            f"A selection: each seed's best.pt is {among} by hold-out return, on the very bars it is scored on, "
+            f"and the best trial the best of the study's trials there: the scores are optimistic and none is out "
+            f"of sample; judge the best settings on later bars (walkforward-ppo-lstm, docs/tuning.md)"]
+
+
+def trial_table(ranked: list[FrozenTrial]) -> list[str]:
+    """The top trials: score, the figures of :data:`COLUMNS`, parameters; and how to read them."""
+    names = sorted({name for t in ranked[:TOP] for name in t.params})
+    header = "  trial  state     score  " + "".join(f"  {h:>{w}s}" for h, w, _ in COLUMNS)
+    lines = [f"Top trials (of {len(ranked)} complete or pruned; pruned ones score their last report):",
+             header + "  " + "  ".join(names)]
+    for t in ranked[:TOP]:
+        figures = "".join(f"  {_cell(read(t)):>{w}s}" for _, w, read in COLUMNS)
+        lines.append(f"  {t.number:5d}  {t.state.name.lower():8s} {_fmt(t.value):>8s}{figures}  "
+                     + "  ".join(f"{_fmt(t.params.get(n, '-')):>{len(n)}s}" for n in names))
+    return lines + ["b&h: buy-and-hold on the same hold-out bars (return in %, Sharpe ratio); a trial whose score "
+                    "equals b&h's held the stock.",
+                    "alpha sharpe: the annualised Sharpe ratio of best.pt's hold-out returns less beta x "
+                    "buy-and-hold's (0: a fixed exposure, no timing skill); the walk-forward's DSR takes its spread "
+                    "over the complete trials. -: not measured (a pruned trial stopped early)."]
+
+
 def report_lines(study: optuna.Study, url: str, out: Path) -> list[str]:
     """The report: counts, the best trial, the top trials, importances, failures; writes
     best.yaml and history.png on the way."""
     trials = study.get_trials(deepcopy=False)
     counts = {state: sum(t.state == state for t in trials) for state in TrialState}
     settings = study.user_attrs.get(SETTINGS_ATTR, {})
-    metric = settings.get("metric", "return")
     lines = [f"Study '{study.study_name}' in {shown_url(url)}: {len(trials)} trials: "
              f"{counts[TrialState.COMPLETE]} complete, {counts[TrialState.PRUNED]} pruned, "
              f"{counts[TrialState.FAIL]} failed, {counts[TrialState.RUNNING]} running, "
              f"{counts[TrialState.WAITING]} waiting",
-             f"Objective: best hold-out {'return (%)' if metric == 'return' else 'Sharpe ratio'}, mean over "
-             f"{settings.get('seeds', 1)} seed(s) per trial"]
+             *objective_lines(study, settings.get("metric", "return"), settings.get("seeds", 1))]
     best = write_best(study, out)
     if best is None:
         lines.append("No complete trial yet: no best.yaml")
     else:
         lines.append(f"Best trial: {best.number}, score {best.value:.4g}; its settings: {out / 'best.yaml'}")
+    if study.user_attrs.get(SPAN_ATTR):
+        lines.append(f"Bars read by the study: {study.user_attrs[SPAN_ATTR]} (best.yaml's tuned-span)")
     ranked = sorted((t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)),
                     key=lambda t: (t.state != TrialState.COMPLETE, -(t.value if t.value is not None else -math.inf)))
     if ranked:
-        names = sorted({name for t in ranked[:TOP] for name in t.params})
-        lines += ["", f"Top trials (of {len(ranked)} complete or pruned; pruned ones score their last report):",
-                  "  trial  state     score    seed std  sharpe  " + "  ".join(names)]
-        for t in ranked[:TOP]:
-            std = t.user_attrs.get("score_std")
-            sharpe = t.user_attrs.get("holdout_sharpe")
-            std_text = _fmt(std) if std is not None else "-"
-            sharpe_text = _fmt(sharpe) if sharpe is not None else "-"
-            lines.append(f"  {t.number:5d}  {t.state.name.lower():8s} {_fmt(t.value):>8s}  {std_text:>8s}  "
-                         f"{sharpe_text:>6s}  " + "  ".join(f"{_fmt(t.params.get(n, '-')):>{len(n)}s}" for n in names))
+        lines += ["", *trial_table(ranked)]
     lines += ["", *importance_lines(study)]
     lines.append(history_line(study, out))
     failed = [t for t in trials if t.state == TrialState.FAIL]

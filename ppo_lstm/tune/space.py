@@ -9,7 +9,8 @@ A space file maps a training flag (without ``--``) to one distribution::
     lstm-size: {choice: [32, 64, 128]}
 
 ``uniform`` and ``log-uniform`` on an integer flag sample integers (``log-uniform``: on a log
-scale); ``int`` is only for integer flags. Each value must be one the flag accepts.
+scale); ``int`` is only for integer flags. Each value must be one the flag accepts. The flags
+that choose the bars (``data``, ``data-start``, ``data-end``) are the study's, never sampled.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from ..config_values import convert as setting_value
 from ..errors import UsageError
 
 KINDS = ("log-uniform", "uniform", "int", "choice")
+FIXED_BARS = ("data_start", "data_end")  # the study's bars: one span for all its trials (data: a list flag)
 
 # The built-in space (docs/tuning.md): both learning rates, entropy, gamma, GAE lambda, clip,
 # epochs, minibatches, update interval, hidden and LSTM sizes, and the cost warm-up.
@@ -110,6 +112,9 @@ def parse_space(mapping: dict[Any, Any], parser: argparse.ArgumentParser, source
             raise UsageError(f"{where}: unknown flag '{key}' in the space; {hint}")
         action = options[name]
         name = action.option_strings[0][2:]
+        if action.dest in FIXED_BARS:
+            raise UsageError(f"{where}: '{name}' chooses the bars, which every trial of a study shares (the "
+                             f"walk-forward checks its test windows against them); give it as a flag instead")
         dimensions.append(_dimension(name, action, spec, where))
     return Space(tuple(dimensions), source)
 

@@ -19,7 +19,8 @@ the same moment race (one may get an ``IntegrityError`` from the database, or Op
 other ran first, PostgreSQL's ``DuplicateObject``): the loser tries again and loads what the
 winner created. The study records the
 settings it was created with (:data:`SETTINGS_ATTR`); a later command with other settings is
-refused, naming the first that differs.
+refused, naming the first that differs. It also records the span of bars its trials read
+(:data:`SPAN_ATTR`, none on a simulated market); a process whose files give another span is refused.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from ..errors import UsageError, one_line
 
 SQLITE_BUSY_TIMEOUT_S = 300
 SETTINGS_ATTR = "ppo_lstm_settings"
+SPAN_ATTR = "ppo_lstm_tuned_span"  # START..END: the bars the trials read (ppo_lstm.walkforward.tuned_span)
 JOURNAL = "journal:"
 
 
@@ -165,3 +167,21 @@ def check_settings(name: str, recorded: dict[str, Any], settings: dict[str, Any]
             old, new, key = old.get(inner), new.get(inner), f"{key} {inner}"
         raise UsageError(f"study '{name}' was created with {key} = {json.dumps(old)}, this command gives "
                          f"{json.dumps(new)}; keep the study's settings, or start another study (--study-name)")
+
+
+def record_span(study: optuna.Study, span: Optional[str]) -> None:
+    """Record ``START..END``, the bars the study's trials read (nothing on a simulated market)."""
+    if span is not None:
+        study.set_user_attr(SPAN_ATTR, span)
+
+
+def check_span(study: optuna.Study, span: Optional[str]) -> None:
+    """UsageError when the study read other bars than ``span`` (the same flags, files that
+    differ); a study that recorded none (made before spans were recorded) records it."""
+    recorded = study.user_attrs.get(SPAN_ATTR)
+    if recorded is None:
+        record_span(study, span)
+    elif recorded != span:
+        raise UsageError(f"study '{study.study_name}' tuned on the bars {recorded}, this command's data gives "
+                         f"{span or 'a simulated market'}: its files differ from the study's; give every process "
+                         f"the same files, or start another study (--study-name)")

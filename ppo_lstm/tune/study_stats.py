@@ -9,6 +9,12 @@ directory, meaning its default SQLite file: ``runs/tune:tune``.
 Counted trials: COMPLETE and PRUNED. A pruned trial was backtested on the hold-out and
 judged worse than others there, so it is one of the configurations the choice was made
 among; a FAILED trial gave no hold-out score, and a RUNNING or WAITING one none yet.
+
+The spread in the Deflated Sharpe Ratio's units, ``alpha_sharpes``: the per-bar Sharpe ratio of
+each COMPLETE trial's hedged hold-out returns (``holdout_alpha_sharpe``, measured on the
+checkpoint the trial is scored by, ``ppo_lstm.tune.holdout_alpha``), over ``holdout_bars`` bars.
+A pruned trial stopped part way, so its partial figures stay out of the spread; studies made
+before these were recorded give none.
 """
 from __future__ import annotations
 
@@ -16,11 +22,12 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from optuna.trial import TrialState
 
 from ..errors import UsageError
-from .storage import default_storage, load_existing, make_storage
+from .storage import SPAN_ATTR, default_storage, load_existing, make_storage
 
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED)
 
@@ -30,12 +37,19 @@ class TrialStats:
     """``trials``: COMPLETE + PRUNED trials; ``sharpes``: their annualised hold-out Sharpe
     ratios (each trial's mean over seeds, at its best checkpoint); ``sharpe_variance``: their
     sample variance (ddof 1; 0.0 with fewer than 2), in annualised units squared;
-    ``periods_per_year``: the bars per year those Sharpe ratios were annualised with."""
+    ``periods_per_year``: the bars per year those Sharpe ratios were annualised with;
+    ``alpha_sharpes``: the per-bar Sharpe ratios of the COMPLETE trials' hedged hold-out returns
+    (module docstring); ``holdout_bars``: the median of the bars they were measured over (0
+    without any); ``tuned_span``: ``START..END``, the bars the study read (None: not recorded,
+    or a simulated market)."""
 
     trials: int
     sharpes: tuple[float, ...]
     sharpe_variance: float
     periods_per_year: float
+    alpha_sharpes: tuple[float, ...] = ()
+    holdout_bars: int = 0
+    tuned_span: Optional[str] = None
 
     @property
     def per_period_variance(self) -> float:
@@ -60,11 +74,20 @@ def trial_stats(spec: str) -> TrialStats:
     study = load_existing(make_storage(url), name, url)
     trials = study.get_trials(deepcopy=False, states=COUNTED)
     sharpes = tuple(float(t.user_attrs["holdout_sharpe"]) for t in trials
-                    if isinstance(t.user_attrs.get("holdout_sharpe"), (int, float))
-                    and math.isfinite(t.user_attrs["holdout_sharpe"]))
+                    if _finite(t.user_attrs.get("holdout_sharpe")))
     years = {float(t.user_attrs["periods_per_year"]) for t in trials if "periods_per_year" in t.user_attrs}
     if len(years) > 1:
         raise UsageError(f"study '{name}': its trials' Sharpe ratios were annualised with different bars per year "
                          f"({sorted(years)}); a variance across them means nothing")
     variance = statistics.variance(sharpes) if len(sharpes) > 1 else 0.0
-    return TrialStats(len(trials), sharpes, variance, years.pop() if years else math.nan)
+    measured = [t for t in trials if t.state == TrialState.COMPLETE
+                and _finite(t.user_attrs.get("holdout_alpha_sharpe"))
+                and isinstance(t.user_attrs.get("holdout_bars"), int)]
+    alphas = tuple(float(t.user_attrs["holdout_alpha_sharpe"]) for t in measured)
+    bars = int(statistics.median(t.user_attrs["holdout_bars"] for t in measured)) if measured else 0
+    return TrialStats(len(trials), sharpes, variance, years.pop() if years else math.nan, alphas, bars,
+                      study.user_attrs.get(SPAN_ATTR))
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)

@@ -9,6 +9,7 @@ Files:
 - ``jobs.py``: the (fold, seed) trainings as subprocesses of the training command, each in
   its own run dir, run ``--jobs`` at a time, resumable;
 - ``state.py``: ``walkforward.json``, the settings and data fingerprint a rerun must match;
+- ``tuned_span.py``: the bars a tuning study read, and the check that no test window lies among them;
 - ``policies.py``: the seed ensemble and the baselines (flat, MA 10/40) as agent-like policies;
 - ``trading.py``: trading a fold's test window with the backtest engine;
 - ``results.py``: the stitched returns, their figures and the verdict (via ``ppo_lstm.stats``);

@@ -12,7 +12,7 @@ import dataclasses
 import shlex
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 import pandas as pd
@@ -32,6 +32,10 @@ from .report import figures_table, fold_rows, summary_dict, write_reports
 from .results import StudyTrials, basket, oos_frame, verdict_of
 from .state import JOBS_DIR, check_or_write, settings_of
 from .trading import finish_job, trade_fold, window_bars
+from .tuned_span import check_test_windows, parse_span
+
+if TYPE_CHECKING:  # the [tune] extra may be missing; load_study says so in one line
+    from ..tune.study_stats import TrialStats
 
 
 @dataclasses.dataclass
@@ -66,6 +70,8 @@ def plan(wf: WalkForwardConfig, train: TrainConfig) -> Plan:
     test_size = parse_size(wf.test_size, "--test-size")
     train_size = parse_size(wf.train_size, "--train-size") if wf.train_size is not None else None
     folds = make_folds(calendar, wf.folds, test_size, wf.purge, train_size)
+    if wf.tuned_span is not None:  # from --tuned-span, or best.yaml's tuned-span
+        check_test_windows(parse_span(wf.tuned_span, "tuned-span"), folds, calendar, datas, train.data_end)
     need = train.env.window + 2
     for fold in folds:
         for data in datas:
@@ -92,7 +98,7 @@ def plan(wf: WalkForwardConfig, train: TrainConfig) -> Plan:
     return Plan(datas, files, calendar, folds, jobs)
 
 
-def load_study(spec: Optional[str]) -> Optional[StudyTrials]:
+def load_study(spec: Optional[str]) -> Optional[TrialStats]:
     """The finished trials of ``--study STORAGE:NAME``; UsageError (one line) when it cannot be read."""
     if spec is None:
         return None
@@ -146,6 +152,9 @@ def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
             return 0
         p = plan(wf, train)
         study = load_study(wf.study)
+        if study is not None and study.tuned_span is not None:
+            check_test_windows(parse_span(study.tuned_span, f"--study {wf.study}"), p.folds, p.calendar, p.datas,
+                               train.data_end)
         check_or_write(Path(wf.out), wf, train, p.files)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)

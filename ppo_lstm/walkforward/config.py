@@ -46,6 +46,10 @@ class WalkForwardConfig:
                                     "runs/tune:tune): its finished trials count as configurations tried, and the "
                                     "spread of their hold-out Sharpe ratios enters the Deflated Sharpe Ratio",
                               metavar="STORAGE:NAME", launch=True)
+    tuned_span: Optional[str] = _f(None, "the bars a tuning study read, START..END (tune-ppo-lstm writes it into "
+                                         "best.yaml; --study reads it from the study): a test window that overlaps "
+                                         "them is refused, as they chose the settings", metavar="START..END",
+                                   launch=True)
     jobs: int = _f(1, "(fold, seed) trainings run at once; torch threads are divided among them", launch=True)
 
     def settings(self) -> dict[str, Any]:

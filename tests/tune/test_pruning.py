@@ -1,6 +1,8 @@
 """Pruning is real: on a space where half the settings cannot learn (an actor learning rate of
-1e-9 leaves the policy as initialised), the median pruner stops those trials at their first
-hold-out backtest, and their training runs end early with a clean checkpoint."""
+1e-9 leaves the policy as initialised), the median pruner stops those trials at their second
+hold-out backtest (the first is the warm-up: one noisy backtest prunes nothing), and their
+training runs end early with a clean checkpoint. A complete trial records its best.pt's hold-out
+alpha Sharpe ratio, here on the simulated market's hold-out episodes."""
 from __future__ import annotations
 
 import csv
@@ -26,8 +28,13 @@ def test_the_median_pruner_stops_the_trials_that_cannot_learn(tmp_path: Path) ->
     assert [t.params["learning-rate-actor"] for t in trials] == [0.003, 1e-9, 0.003]
     pruned = [t for t in trials if t.state == TrialState.PRUNED]
     assert [t.number for t in pruned] == [1]
-    assert max(pruned[0].intermediate_values) == 4  # stopped at its first backtest, of eight
-    assert all(max(t.intermediate_values) == 32 for t in trials if t.state == TrialState.COMPLETE)
+    assert sorted(pruned[0].intermediate_values) == [4, 8]  # stopped at its second backtest, of eight
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert all(max(t.intermediate_values) == 32 for t in complete)
+    for t in complete:  # 4 hold-out episodes of 16 bars, chained
+        assert t.user_attrs["holdout_bars"] == 64 and t.user_attrs["holdout_backtests"] == [8]
+        assert isinstance(t.user_attrs["holdout_alpha_sharpe"], float)
+    assert "holdout_alpha_sharpe" not in pruned[0].user_attrs  # its run did not end: its partial figures stay out
     run = tmp_path / "study" / "trial-0001"
     with open(run / "metrics.csv", newline="") as handle:
         last = list(csv.DictReader(handle))[-1]

@@ -65,6 +65,7 @@ def test_a_space_file_maps_flags_to_distributions(tmp_path: Path) -> None:
     ("clip: {int: [1, 3]}\n", ["not an integer"]),
     ("ent-coef: {log-uniform: [0, 0.1]}\n", ["needs low > 0"]),
     ("", ["the space is empty"]),
+    ("data-end: {choice: ['2020-12-31', '2021-12-31']}\n", ["'data-end' chooses the bars", "give it as a flag"]),
 ])
 def test_bad_space_is_one_line_exit_2(tmp_path: Path, text: str, words: list[str]) -> None:
     path = write_space(tmp_path / "space.yaml", text)

@@ -1,14 +1,23 @@
 """tune-ppo-lstm end to end on tiny runs: trials as ordinary run dirs, --jobs processes on
-SQLite, the results, resuming, best.yaml back into training, failed trials."""
+SQLite, the results, resuming, best.yaml back into training and into the walk-forward, failed
+trials."""
 from __future__ import annotations
 
+import contextlib
+import csv
+import io
+import math
 from pathlib import Path
 
+import numpy as np
+import optuna
+import pandas as pd
 import pytest
 import yaml
 
 from conftest import cli_in_process
 from ppo_lstm.tune.queue import FAIL_REASON
+from ppo_lstm.tune.storage import SPAN_ATTR
 from test_space_and_input import run_main
 from tune_fixtures import assert_exactly, start_tune, trials_of, write_space
 
@@ -22,10 +31,29 @@ def settings_of(config_yaml: Path) -> dict:
     return {k: v for k, v in values.items() if k not in ("checkpoint-dir", "log-file")}
 
 
+def write_prices(path: Path, bars: int) -> pd.DatetimeIndex:
+    rng = np.random.default_rng(0)
+    close = 100 * np.exp(np.cumsum(0.01 * rng.standard_normal(bars)))
+    dates = pd.bdate_range("2018-01-01", periods=bars)
+    pd.DataFrame({"Date": dates.strftime("%Y-%m-%d"), "Open": close, "High": close * 1.01, "Low": close * 0.99,
+                  "Close": close}).to_csv(path, index=False)
+    return dates
+
+
+def walk_forward(*args: str) -> tuple[int, str]:
+    from ppo_lstm.walkforward.cli import main as walkforward_main
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = walkforward_main(list(args))
+    return code, err.getvalue().strip()
+
+
 def test_two_processes_on_sqlite_then_resume_report_and_best_yaml(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     space = write_space(tmp_path / "space.yaml", SPACE)
-    args = ["--out", "study", "--space", space, "--trials", "2", "--jobs", "2", "--sampler", "random"]
+    dates = write_prices(tmp_path / "prices.csv", 400)  # the study reads the first 300 bars; 60 are its hold-out
+    args = ["--out", "study", "--space", space, "--trials", "2", "--jobs", "2", "--sampler", "random",
+            "--data", "prices.csv", "--data-end", dates[299].date().isoformat()]
     result = start_tune(tmp_path, *args).wait(240)
     assert result.returncode == 0, result.output
     out = tmp_path / "study"
@@ -40,9 +68,17 @@ def test_two_processes_on_sqlite_then_resume_report_and_best_yaml(tmp_path: Path
         settings = yaml.safe_load((run / "config.yaml").read_text())
         assert settings["lstm-size"] == t.params["lstm-size"]
         assert settings["learning-rate-actor"] == pytest.approx(t.params["learning-rate-actor"])
-        assert t.user_attrs["periods_per_year"] == 252.0 and "holdout_sharpe" in t.user_attrs
+        assert 240 < t.user_attrs["periods_per_year"] < 270 and "holdout_sharpe" in t.user_attrs
+        # best.pt backtested again: the per-bar alpha Sharpe ratio over the hold-out's scored bars, beside buy-and-hold
+        assert math.isfinite(t.user_attrs["holdout_alpha_sharpe"]) and t.user_attrs["holdout_bars"] == 59
+        with open(run / "metrics.csv", newline="") as handle:
+            held = {row["holdout_buy_and_hold_pct"] for row in csv.DictReader(handle)} - {""}
+        assert len(held) == 1 and t.user_attrs["holdout_buy_and_hold_pct"] == float(held.pop())
+    span = f"{dates[0].isoformat()}..{dates[299].isoformat()}"
+    assert optuna.load_study(study_name="study", storage=url).user_attrs[SPAN_ATTR] == span
     report = (out / "report.txt").read_text()
     assert "2 trials: 2 complete, 0 pruned, 0 failed" in report and "Top trials" in report
+    assert "A selection: each seed's best.pt is the best of its run's" in report and "b&h ret" in report
     assert "Parameter importances" in report and (out / "history.png").stat().st_size > 1000
     best = max(trials, key=lambda t: (t.value, -t.number))
     assert f"Best trial: {best.number}," in report
@@ -54,12 +90,23 @@ def test_two_processes_on_sqlite_then_resume_report_and_best_yaml(tmp_path: Path
     code, shown, _ = run_main("--out", "study", "--report")
     assert code == 0 and shown == report
 
-    # best.yaml trains as it is, with the best trial's settings (the training CLI's main(), in this process)
+    # best.yaml trains with the best trial's settings on the file's bars (the training CLI's main(), in this process)
+    assert yaml.safe_load((out / "best.yaml").read_text())["tuned-span"] == span
     train = cli_in_process(tmp_path, "--config", "study/best.yaml", "--checkpoint-dir", "again", "--log-file",
                            "again/training.log", "--device", "cpu", "--no-progress")
     assert train.returncode == 0, train.stderr
     expected = settings_of(out / f"trial-{best.number:04d}" / "config.yaml")
-    assert settings_of(tmp_path / "again" / "config.yaml") == expected
+    assert expected.pop("data-end") == dates[299].date().isoformat()
+    assert settings_of(tmp_path / "again" / "config.yaml") == {**expected, "data-end": None}
+
+    # the walk-forward refuses test windows among the study's bars, from best.yaml or from the study
+    wf = ["--out", "wf", "--folds", "2", "--test-size", "60"]  # fold 1 tests bars 280..339
+    code, line = walk_forward("--config", "study/best.yaml", *wf)
+    window = f"fold 1's test window {dates[280].date()}..{dates[339].date()} overlaps the bars the study tuned on"
+    assert code == 2 and line.startswith(f"error: {window} ({dates[0].date()}..{dates[299].date()}, from tuned-span)")
+    assert f"--data-start {dates[300].date()}" in line
+    code, line = walk_forward("--data", "prices.csv", "--study", "study:study", *wf)
+    assert code == 2 and f"from --study study:study)" in line and not (tmp_path / "wf").exists()
 
 
 def test_invalid_settings_fail_their_trial_and_the_study_goes_on(tmp_path: Path) -> None:

@@ -56,6 +56,13 @@ def run(*args: object) -> tuple[int, str]:
      r"20 folds of --test-size 1y after --purge 0 need more bars than the 300 selected"),
     (["--data", "{data}", "--out", "{out}", "--folds", "2", "--test-size", "100"],
      r"fold 1 \(training bars .*\): .* bars .* left for training"),
+    (["--data", "{data}", "--out", "{out}", "--folds", "2", "--test-size", "20", "--tuned-span", "2019-01"],
+     r"tuned-span '2019-01': give START..END"),
+    (["--data", "{data}", "--out", "{out}", "--folds", "2", "--test-size", "20", "--tuned-span",
+      "2018-01-01..2019-01-10", "--data-end", "2019-01-08"],  # the tuning bars go on past --data-end
+     r"fold 1's test window 2018-11-14..2018-12-11 overlaps the bars the study tuned on \(2018-01-01..2019-01-10, from "
+     r"tuned-span\), so it is not out of sample; every test window must start after 2019-01-10: walk forward on later "
+     r"bars: --data-start 2019-01-11 \(and a --data-end after it\), or test fewer"),
 ])
 def test_bad_input_is_one_line_and_exit_2(data: Path, tmp_path: Path, args: list[str], message: str) -> None:
     out = tmp_path / "out"
@@ -82,3 +89,14 @@ def test_another_walk_forward_in_the_output_dir_is_refused_and_kept(data: Path, 
     code, line = run("--data", data, "--out", out, "--folds", "2", "--test-size", "20", *SMALL)
     assert code == 2 and "changed since it started" in line
     assert (out / STATE_NAME).read_text() == saved and json.loads(saved)["settings"]["walkforward"]["folds"] == 2
+
+
+def test_a_tuned_span_in_the_config_file_refuses_test_windows_among_its_bars(data: Path, tmp_path: Path) -> None:
+    """best.yaml of tune-ppo-lstm carries tuned-span: the walk-forward reads it as --tuned-span."""
+    config = tmp_path / "best.yaml"
+    config.write_text(f"data: {data}\ntuned-span: 2018-01-01T00:00:00..2018-12-31T00:00:00\n")
+    args = ["--config", config, "--out", tmp_path / "out", "--folds", "2", "--test-size", "20", *SMALL]
+    code, line = run(*args)
+    assert code == 2 and line.startswith("error: fold 1's test window 2018-12-31..2019-01-25 overlaps the bars the "
+                                         "study tuned on (2018-01-01..2018-12-31, from tuned-span)"), line
+    assert "--data-start 2019-01-01" in line and not (tmp_path / "out").exists()

@@ -17,6 +17,7 @@ from ppo_lstm.walkforward.results import trial_count, verdict_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tune"))
 from test_trial_stats import SHARPES, make_study  # noqa: E402  (a real Optuna study in SQLite)
+from test_wf_bad_input import SMALL, data, run  # noqa: E402,F401  (data: the 300-bar file's fixture)
 
 
 def _series(seeds: list[int]) -> pd.DataFrame:
@@ -61,3 +62,18 @@ def test_a_bad_or_empty_study_is_one_line(tmp_path: Path) -> None:
     optuna.create_study(storage=url, study_name="empty")
     with pytest.raises(UsageError, match="no finished trial"):
         load_study(f"{url}:empty")
+
+
+def test_a_study_refuses_test_windows_among_the_bars_it_tuned_on(data: Path, tmp_path: Path) -> None:
+    import optuna
+    from ppo_lstm.tune.storage import SPAN_ATTR
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    make_study(url, "tune")
+    span = "2018-01-01T00:00:00..2018-12-31T00:00:00"
+    optuna.load_study(study_name="tune", storage=url).set_user_attr(SPAN_ATTR, span)
+    out = tmp_path / "out"
+    code, line = run("--data", data, "--out", out, "--folds", "2", "--test-size", "20", "--study", f"{url}:tune",
+                     *SMALL)
+    assert code == 2 and line.startswith(f"error: fold 1's test window 2018-12-31..2019-01-25 overlaps the bars the "
+                                         f"study tuned on (2018-01-01..2018-12-31, from --study {url}:tune)"), line
+    assert "--data-start 2019-01-01" in line and not out.exists()  # refused before the walk-forward's state or jobs
