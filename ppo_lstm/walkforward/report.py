@@ -122,10 +122,13 @@ def statistics_lines(edge: dict[str, Any]) -> list[str]:
 
 def spa_lines(spa: dict[str, Any]) -> list[str]:
     """Hansen's SPA test of every strategy looked at, in words and figures."""
+    names = [_label(n) for n in spa["strategies"]]
+    question = (f"Does {names[0]} have" if len(names) == 1 else
+                f"Does the best of {', '.join(names)} have" if names else "Does any strategy have")
     lines = ["", "## Best of many: Hansen's SPA test", "",
-             f"Does the best of {', '.join(_label(n) for n in spa['strategies']) or 'no strategy'} have a positive "
-             f"alpha over buy-and-hold, after looking at all of them? p = {_sig(spa['p_consistent'])} (consistent; "
-             f"lower {_sig(spa['p_lower'])}, upper {_sig(spa['p_upper'])}; {spa['reps']} stationary-bootstrap draws)."]
+             f"{question} a positive alpha over buy-and-hold, after looking at all of them? p = "
+             f"{_sig(spa['p_consistent'])} (consistent; lower {_sig(spa['p_lower'])}, upper {_sig(spa['p_upper'])}; "
+             f"{spa['reps']} stationary-bootstrap draws)."]
     if spa["best"]:
         lines[-1] += f" The largest alpha is {_label(spa['best'])}'s."
     if spa["fixed_exposures"]:
@@ -146,8 +149,9 @@ def instrument_lines(alphas: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
-def report_markdown(summary: dict[str, Any], command: str) -> str:
-    """``report.md``: the verdict line, the rule, the statistics and the tables."""
+def report_markdown(summary: dict[str, Any], command: str, sections: Sequence[str] = ()) -> str:
+    """``report.md``: the verdict line, the rule, the statistics and the tables; ``sections``
+    (markdown lines: costs, agreement) go before the closing list of files."""
     edge, table = summary["edge"], summary["figures"]
     lines = ["# Walk-forward report", "", f"**{summary['verdict']}**", "", RULE, "",
              f"Command: `{command}`", "",
@@ -176,6 +180,7 @@ def report_markdown(summary: dict[str, Any], command: str) -> str:
             f = table[c]["folds"].get(k) or table[c]["folds"].get(str(k))
             cells.append(f"{_pct(f['annual_return'])} / {_num(f['sharpe'])}" if f else "-")
         lines.append(f"| {k} | {fold['test_start'][:10]} | {fold['test_end'][:10]} | " + " | ".join(cells) + " |")
+    lines += list(sections)
     lines += ["", "Files: walkforward.csv (per fold, seed and instrument), oos_returns.csv (per bar), summary.json, "
                   "report.png; each job's run dir is under jobs/.", ""]
     return "\n".join(lines)
@@ -213,14 +218,14 @@ def plot_report(series: pd.DataFrame, seeds: Sequence[int], path: Path) -> bool:
 
 
 def write_reports(out: Path, oos: pd.DataFrame, rows: pd.DataFrame, summary: dict[str, Any], command: str,
-                  seeds: Sequence[int]) -> None:
-    """Every report file under ``out`` (each written atomically)."""
+                  seeds: Sequence[int], sections: Sequence[str] = ()) -> None:
+    """Every report file under ``out`` (each written atomically); ``sections``: more of report.md."""
     frame = oos.copy()
     frame["time"] = [_iso(t) for t in frame["time"]]
     _write(out / "oos_returns.csv", frame.to_csv(index=False, float_format="%.17g"))
     _write(out / "walkforward.csv", rows.to_csv(index=False, float_format="%.10g"))
     _write(out / "summary.json", json.dumps(summary, indent=2, default=_json_default) + "\n")
-    _write(out / "report.md", report_markdown(summary, command))
+    _write(out / "report.md", report_markdown(summary, command, sections))
     plot_report(basket(oos, seeds), seeds, out / "report.png")
 
 
