@@ -26,10 +26,12 @@ from ..config_file import dump_settings
 from ..errors import EXIT_USAGE, UsageError
 from ..train.holdout import split_instruments
 from .config import WalkForwardConfig, build_parser, parse_command_line, validate
+from .agreement import ensemble_agreement
+from .costs import cost_sensitivity
 from .folds import Fold, make_folds, parse_size
 from .jobs import Job, JobFailed, job_config, run_jobs, threads_per_job
 from .report import figures_table, fold_rows, summary_dict, write_reports
-from .results import StudyTrials, basket, oos_frame, verdict_of
+from .results import StudyTrials, basket, capital_frame, instrument_alphas, oos_frame, verdict_of
 from .state import JOBS_DIR, check_or_write, settings_of
 from .trading import finish_job, trade_fold, window_bars
 from .tuned_span import check_test_windows, parse_span
@@ -125,12 +127,16 @@ def report(wf: WalkForwardConfig, train: TrainConfig, p: Plan, command: str,
     oos = oos_frame(trades, seeds)
     ppy = basket_bars_per_year([d.timestamps for d in p.datas])  # the basket's own calendar
     series = basket(oos, seeds)
-    verdict = verdict_of(series, seeds, ppy, wf, study)
+    capital = capital_frame(oos, seeds)
+    verdict = verdict_of(basket(capital, seeds), seeds, ppy, wf, study)
     table = figures_table(series, seeds, ppy)
+    agreement, agreement_lines = ensemble_agreement(trades, seeds)
+    costs, cost_lines = cost_sensitivity(trades, p.datas, train.env, ppy)
+    sections = {"instrument_alphas": instrument_alphas(capital, ppy), "agreement": agreement, "costs": costs}
     summary = summary_dict(settings_of(wf, train), p.folds, p.calendar, table, verdict, ppy,
-                           [instrument_name(d.source) for d in p.datas])
+                           [instrument_name(d.source) for d in p.datas], sections)
     rows = fold_rows(oos, p.folds, p.calendar, seeds, ppy)
-    write_reports(Path(wf.out), oos, rows, summary, command, seeds)
+    write_reports(Path(wf.out), oos, rows, summary, command, seeds, [*agreement_lines, *cost_lines])
     return verdict.result.line()
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -10,10 +11,10 @@ import pytest
 from optuna.trial import TrialState
 
 from ppo_lstm.errors import UsageError
-from ppo_lstm.stats import deflated_sharpe_ratio
+from ppo_lstm.stats import deflated_sharpe_ratio, hedged_returns, sampling_variance
 from ppo_lstm.walkforward.cli import load_study
 from ppo_lstm.walkforward.config import WalkForwardConfig
-from ppo_lstm.walkforward.results import trial_count, verdict_of
+from ppo_lstm.walkforward.results import study_variance, trial_count, verdict_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tune"))
 from test_trial_stats import SHARPES, make_study  # noqa: E402  (a real Optuna study in SQLite)
@@ -23,10 +24,11 @@ from test_wf_bad_input import SMALL, data, run  # noqa: E402,F401  (data: the 30
 def _series(seeds: list[int]) -> pd.DataFrame:
     rng = np.random.default_rng(0)
     bench = rng.normal(0.0003, 0.01, 1500)
-    frame = pd.DataFrame({"fold": np.repeat([1, 2, 3], 500), "buy_and_hold": bench})
-    skill = rng.normal(0.0008, 0.003, 1500)  # what the seeds learned alike, and a little of their own
+    frame = pd.DataFrame({"fold": np.repeat([1, 2, 3], 500), "buy_and_hold": bench, "flat": 0.0,
+                          "ma_10_40": rng.normal(0.0, 0.01, 1500)})
+    skill = rng.normal(0.0002, 0.003, 1500)  # what the seeds learned alike, and a little of their own
     for seed in seeds:
-        frame[f"seed_{seed}"] = bench + skill + rng.normal(0.0, 0.0003, 1500)
+        frame[f"seed_{seed}"] = 0.5 * bench + skill + rng.normal(0.0, 0.0003, 1500)
     frame["ensemble"] = frame[[f"seed_{s}" for s in seeds]].mean(axis=1)
     return frame
 
@@ -42,15 +44,23 @@ def test_a_study_adds_its_trials_and_their_spread_to_the_verdict(tmp_path: Path)
 
     seeds = [1, 2, 3]
     series = _series(seeds)
+    hedged = hedged_returns(series["ensemble"].to_numpy(), series["buy_and_hold"].to_numpy())
     alone = verdict_of(series, seeds, 252.0, wf).result
     tuned = verdict_of(series, seeds, 252.0, wf, study).result
     assert (alone.n_trials, tuned.n_trials) == (3, 15)
-    # the study's hold-out Sharpe ratios spread far more than three seeds' on the same data: its variance is used
-    assert tuned.trial_sharpe_variance == pytest.approx(study.per_period_variance)
-    excess = series["ensemble"].to_numpy() - series["buy_and_hold"].to_numpy()
-    assert tuned.dsr == pytest.approx(deflated_sharpe_ratio(excess, 15, study.per_period_variance))
-    assert tuned.dsr < alone.dsr
-    assert tuned.p_value == alone.p_value  # the bootstrap test itself does not depend on the trials
+    # the study's alpha Sharpe ratios spread less than their sampling noise over 260 hold-out bars: over the
+    # 1,500 test bars that leaves the no-skill sampling variance, the floor the seeds (who agree) get too
+    assert study_variance(study, 1500) == pytest.approx(sampling_variance(1500))
+    assert tuned.trial_sharpe_variance == alone.trial_sharpe_variance == pytest.approx(sampling_variance(1500))
+    assert tuned.dsr == pytest.approx(deflated_sharpe_ratio(hedged, 15, sampling_variance(1500)))
+    assert tuned.dsr < alone.dsr  # more trials
+    assert tuned.p_value == alone.p_value  # the alpha tests themselves do not depend on the trials
+    # a study whose trials spread widely: its skill spread, rescaled to the test's bars, is used
+    wide = SimpleNamespace(trials=4, alpha_sharpes=(0.3, -0.2, 0.1, 0.5), holdout_bars=250)
+    spread = np.var(wide.alpha_sharpes, ddof=1) - 1 / 249 + 1 / 1499
+    wider = verdict_of(series, seeds, 252.0, wf, wide).result
+    assert wider.trial_sharpe_variance == pytest.approx(spread) and wider.n_trials == 12
+    assert wider.dsr == pytest.approx(deflated_sharpe_ratio(hedged, 12, spread)) and wider.dsr < tuned.dsr
 
 
 def test_a_bad_or_empty_study_is_one_line(tmp_path: Path) -> None:
