@@ -62,3 +62,27 @@ def test_the_verdict_on_the_capital_series_and_the_trial_count():
     assert verdict.spa.best in ("seed_1", "seed_2", "ensemble") and verdict.spa.p_consistent < 0.05
     assert verdict.spa.fixed_exposures == ("ma_10_40",)  # buy-and-hold itself, bar for bar
     assert [trial_count(WalkForwardConfig(seeds=s, configs_tried=c)) for s, c in ((1, 100), (3, 100))] == [100, 300]
+
+
+def test_each_instrument_gets_its_own_alpha_in_the_report():
+    from ppo_lstm.walkforward.report import instrument_lines
+    from ppo_lstm.walkforward.results import instrument_alphas
+    rng = np.random.default_rng(2)
+    parts = []
+    for name, skill in (("a.csv", 0.002), ("b.csv", 0.0)):
+        bench = rng.normal(0.0, 0.01, 400)
+        part = pd.DataFrame({"time": pd.bdate_range("2010-01-01", periods=400), "instrument": name,
+                             "fold": np.repeat([1, 2], 200), "buy_and_hold": bench, "flat": 0.0, "ma_10_40": bench,
+                             "seed_1": 0.5 * bench + rng.normal(skill, 0.003, 400)})
+        part["ensemble"] = part["seed_1"]
+        parts.append(part)
+    capital = capital_frame(pd.concat(parts, ignore_index=True), [1])
+    alphas = instrument_alphas(capital, 252.0)
+    assert list(alphas) == ["a.csv", "b.csv"]
+    for name, part in capital.groupby("instrument"):
+        expected = alpha_test(part["ensemble"].to_numpy(), part["buy_and_hold"].to_numpy(), 252.0)
+        assert alphas[name]["alpha_annual"] == pytest.approx(expected.alpha_annual)
+    assert alphas["a.csv"]["p_value"] < 0.05 < alphas["b.csv"]["p_value"]
+    lines = instrument_lines(alphas)
+    assert lines[1].startswith("## Alpha per instrument") and any(line.startswith("| b.csv |") for line in lines)
+    assert instrument_lines({"a.csv": alphas["a.csv"]}) == []  # one instrument: the verdict's own alpha says it
