@@ -93,3 +93,15 @@ def test_spa_is_arch_spa_on_the_hedged_returns():
     assert strong.p_consistent < 0.01 and strong.best == "skill"
     only_fixed = spa_test(bench, {"cash": np.zeros(1000), "long": bench})
     assert only_fixed.p_consistent == 1.0 and only_fixed.strategies == ()
+
+
+def test_describe_false_decides_the_same_and_skips_only_what_cannot_change_it():
+    bench = _market(10, 800, 0.0002)
+    for agent in (0.5 * bench + _skill(11, 800), 0.5 * bench + _skill(12, 800, 0.0)):
+        full = edge_verdict(agent, bench, 252, reps=300)
+        lean = edge_verdict(agent, bench, 252, reps=300, describe=False)
+        assert lean.shown == full.shown and lean.excess is None and lean.sharpe_difference is None
+        if full.alpha.p_value < 0.05:  # the HAC test passes: the bootstrap must confirm it, so it runs
+            assert lean.bootstrap == full.bootstrap
+        else:
+            assert lean.bootstrap is None and "bootstrap p = not needed" in lean.line()
