@@ -25,6 +25,7 @@ from .rundir.checkpoint import RUN_CONFIG_NAME, atomic_write_bytes
 from .config_file import (DefaultsHelpFormatter, ParsedArgs, add_config_options, add_field_flag, dump_settings,
                           flag_name, parse_args)
 from .errors import OneLineParser, UsageError
+from .train.time_limit import limit_seconds
 
 RUN, PPO, MODEL, DIST, ENV = "run", "PPO", "model", "distributed", "environment"
 GROUP_TITLES = {
@@ -88,6 +89,9 @@ class TrainConfig:
                                  "best.pt is then chosen afresh on the new hold-out (default: refuse such a resume)",
                                  launch=True)
     progress: bool = _f(True, RUN, "show a tqdm progress bar over episodes", launch=True)
+    time_limit: Optional[str] = _f(None, RUN, "end the run cleanly after this much wall time (90s, 10min, 1h30m): a "
+                                   "hold-out backtest, a checkpoint and the summary, as at its end; --resume goes on",
+                                   launch=True, metavar="DURATION")
     tensorboard: bool = _f(False, RUN, "also write TensorBoard curves to <checkpoint-dir>/tb (needs tensorboard)")
     # PPO
     update_interval: Optional[int] = _f(None, PPO, f"transitions in one update's batch, all workers together "
@@ -279,6 +283,7 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
         raise UsageError(f"--num-workers/--num-gpus must be at least 1, got {config.num_workers}")
     if config.threads is not None and config.threads < 1:
         raise UsageError(f"--threads must be at least 1, got {config.threads}")
+    limit_seconds(config.time_limit)
     for name in ("clip", "max_grad_norm", "dist_timeout"):
         value = getattr(config, name)
         if not value > 0:

@@ -11,5 +11,6 @@
 - ``agreement.py``: the one collective of each iteration (``exchange``);
 - ``build.py``: the agent and optimizer from a config, and the model-fits-checkpoint check;
 - ``shutdown.py``: ``StopRequest`` (SIGINT / SIGTERM);
+- ``time_limit.py``: ``--time-limit``, the wall-clock budget of one invocation;
 - ``timing.py``: per-phase clocks and peak memory.
 """

@@ -42,6 +42,7 @@ from ..algo.rollout import RolloutCollector
 from .run_state import RunState, capture_rank_state, restore_rank_state
 from ..algo.seeding import derive_seed
 from .shutdown import StopRequest
+from .time_limit import limit_seconds
 from .timing import PhaseClock, peak_rss_mb
 
 # Debug/test hook: when set to a directory, every rank saves its final model and optimizer
@@ -160,6 +161,7 @@ class Trainer:
             finished = s.global_episodes >= c.episodes
             clock = self.clock
             capacity = self.steps * c.num_envs  # transitions (so at most episodes) per rank and rollout
+            limit = limit_seconds(c.time_limit)
             seconds = None  # this rank's previous rollout, gather and update, for its env-steps/s
             while not finished:
                 tic = time.perf_counter()
@@ -169,15 +171,16 @@ class Trainer:
                     s.env_steps += self.steps * c.num_envs * self.world_size
                     local = self.rollout.finish()  # [T, N]
                 with clock("gather"):  # the iteration's one collective
+                    time_up = limit is not None and time.perf_counter() - start >= limit
                     batch, agreed = exchange(self.comm, local, records, s.rank_done, self.stop.signum or 0,
                                              seconds or time.perf_counter() - tic, capacity,
-                                             self.guard.last_update_bad)  # [T, N*W]
+                                             self.guard.last_update_bad, time_up)  # [T, N*W]
                 with clock("update"):
                     if self.world_size > 1:
                         self.guard.agree(s.update, agreed.bad_update_ranks)
                     stats, skipped = self._update(batch)
                 seconds = time.perf_counter() - tic
-                finished = agreed.finished
+                finished = agreed.finished or agreed.time_up
                 with clock("logging"):
                     update_totals = self._log_episodes(agreed.records)
                 due = finished or bool(agreed.signum) or s.global_episodes >= s.next_checkpoint_at
@@ -196,6 +199,9 @@ class Trainer:
                 if s.update % c.sync_check_interval == 0 and self.world_size > 1:
                     with clock("sync check"):
                         parameters_in_sync(self.comm, self.agent, self.optimizer)
+            if s.global_episodes < c.episodes:  # --time-limit ended it
+                self.log.line(f"Time limit reached (--time-limit {c.time_limit}): stopped at episode "
+                              f"{s.global_episodes} of {c.episodes}, checkpoint saved; --resume goes on")
             self.log.line(f"Training finished: {s.global_episodes} episodes, {s.update} updates, "
                           f"{s.env_steps} env steps in {time.perf_counter() - start:.1f}s")
             if os.environ.get(DUMP_FINAL_VARIABLE):
