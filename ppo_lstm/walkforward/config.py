@@ -111,6 +111,9 @@ def validate(wf: WalkForwardConfig, train: TrainConfig) -> None:
     if train.resume or train.overwrite:
         raise UsageError("--resume and --overwrite are decided per job by the walk-forward; rerun the same command "
                          "to resume, or use another --out")
+    if train.time_limit is not None:
+        raise UsageError("--time-limit would end each job's training early, and the walk-forward would trade its "
+                         "unfinished checkpoint; give fewer --episodes instead")
     if train.holdout <= 0:
         raise UsageError("each fold's inner --holdout picks the checkpoint that trades its test window; "
                          "--holdout must be > 0 (e.g. 0.2)")
