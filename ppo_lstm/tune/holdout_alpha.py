@@ -1,11 +1,12 @@
 """The checkpoint a trial is scored by, measured in the walk-forward's units: the hold-out
-backtest of a seed's ``best.pt`` again, its per-bar returns ``r [T]`` beside buy-and-hold's
-``r_bh [T]`` on the same bars, and the per-bar Sharpe ratio of the hedged returns
-``r - beta r_bh`` (:func:`ppo_lstm.stats.alpha.alpha_sharpe`), the statistic the walk-forward's
-Deflated Sharpe Ratio deflates.
+backtest of a seed's ``best.pt`` again, its per-bar P&L over the starting equity ``r [T]``
+(``walkforward.results.on_starting_capital``) beside buy-and-hold's ``r_bh [T]`` on the same
+bars, and the per-bar Sharpe ratio of the hedged returns ``r - beta r_bh``
+(:func:`ppo_lstm.stats.alpha.alpha_sharpe`), the statistic the walk-forward's Deflated Sharpe
+Ratio deflates.
 
 With several instruments, the equal-weight basket of the instruments the hold-out's means count
-(at each stamp the mean of their returns, an instrument without a bar there counting 0) against
+(at each stamp the mean of their P&L, an instrument without a bar there counting 0) against
 the same basket of their buy-and-holds, as the walk-forward's verdict does. A policy that holds a
 fixed exposure (flat, always long) has no hedged variation: its alpha Sharpe ratio counts 0.
 
@@ -29,6 +30,8 @@ from ..evaluation.loading import load_policy
 from ..rundir.checkpoint import BEST_NAME
 from ..stats.alpha import alpha_sharpe
 from ..train.holdout import Holdout, HoldoutResult, InstrumentsResult, load_training_data
+from ..evaluation.backtest import BacktestResult
+from ..walkforward.results import on_starting_capital
 from ..walkforward.trading import returns_of
 
 MIN_BARS = 3  # alpha_sharpe's least
@@ -45,14 +48,23 @@ class HoldoutMeasure:
     buy_and_hold_sharpe: Optional[float]
 
 
+def _capital(result: BacktestResult) -> tuple[np.ndarray, np.ndarray]:
+    """The agent's and buy-and-hold's per-bar P&L over the starting equity ``[T]`` of one backtest
+    (``on_starting_capital``; chained simulated episodes each from their own start)."""
+    agent, bench = returns_of(result.equity), returns_of(result.buy_and_hold_equity)
+    account = np.arange(agent.size) // (result.episode_length or max(agent.size, 1))  # [T]
+    return on_starting_capital(agent, account), on_starting_capital(bench, account)
+
+
 def _returns(result: HoldoutResult) -> tuple[np.ndarray, np.ndarray]:
-    """The agent's and buy-and-hold's per-bar hold-out returns ``[T]`` (a basket's with several instruments)."""
+    """The agent's and buy-and-hold's per-bar hold-out P&L ``[T]`` in the walk-forward's units (a
+    basket's with several instruments)."""
     if not isinstance(result, InstrumentsResult):
-        return returns_of(result.equity), returns_of(result.buy_and_hold_equity)
+        return _capital(result)
     names = list(result.results if result.counted is None else result.counted)
     frame = pd.concat([pd.DataFrame({"time": result.results[n].time[1:],
-                                     "agent": returns_of(result.results[n].equity),
-                                     "bench": returns_of(result.results[n].buy_and_hold_equity)}) for n in names])
+                                     **dict(zip(("agent", "bench"), _capital(result.results[n])))})
+                       for n in names])
     sums = frame.groupby("time", sort=True)[["agent", "bench"]].sum() / len(names)
     return sums["agent"].to_numpy(), sums["bench"].to_numpy()
 

@@ -20,10 +20,10 @@ from .trading import BASELINES
 LABELS = {"ensemble": "seed ensemble", "buy_and_hold": "buy-and-hold", "flat": "flat (cash)",
           "ma_10_40": "MA 10/40 crossover"}
 RULE = ("`shown` needs the ensemble's alpha over buy-and-hold (the intercept of its per-bar P&L over each fold's "
-        "starting equity regressed on buy-and-hold's, on the same bars) to be positive with a one-sided Newey-West p-value below 5 %, confirmed by a "
-        "stationary bootstrap of the intercept (p below 5 %), and, with more than one trial, a Deflated Sharpe Ratio of "
-        "the hedged returns (return minus beta times buy-and-hold's) above 0.95. Being out of a falling market, short "
-        "in one, or any fixed exposure has an alpha of 0 and is never `shown`.")
+        "starting equity regressed on buy-and-hold's, on the same bars) to be positive with a one-sided Newey-West "
+        "p-value below 5 %, confirmed by a stationary bootstrap of the intercept (p below 5 %), and, with more than "
+        "one trial, a Deflated Sharpe Ratio of the hedged returns (return minus beta times buy-and-hold's) above 0.95. "
+        "Being out of a falling market, short in one, or any fixed exposure has an alpha of 0 and is never `shown`.")
 
 
 def _write(path: Path, text: str) -> None:

@@ -19,8 +19,8 @@ from typing import Any, Optional, Protocol, Sequence
 import numpy as np
 import pandas as pd
 
-from ..stats import (SpaResult, alpha_test, annualised_return, annualised_sharpe, edge_verdict, max_drawdown, rescaled_variance,
-                     seed_trial_sharpes, spa_test)
+from ..stats import (SpaResult, alpha_test, annualised_return, annualised_sharpe, edge_verdict, max_drawdown,
+                     rescaled_variance, seed_trial_sharpes, spa_test)
 from .config import WalkForwardConfig
 from .trading import BASELINES, FoldTrades
 
