@@ -36,7 +36,10 @@ GROUP_TITLES = {
     DIST: "distributed: workers, rendezvous and faults",
 }
 DEFAULT_MASTER_PORT = 12355
-WORKER_BATCH = 128  # transitions per worker per update when --update-interval is not given
+STEPS_PER_ENV = 16  # rollout length T of every env per update when --update-interval is not given
+BASE_BATCH = 128  # the batch the base learning rates were tuned at (8 envs x 16 steps, one worker)
+BASE_RATES = (3e-4, 1e-3)  # (actor, critic) Adam rates at BASE_BATCH; x sqrt(U / BASE_BATCH) at batch U,
+MAX_RATE_SCALE = 8.0  # up to this: reached at a batch of 8,192 (docs/batch_scaling.md)
 MAX_LEARNING_RATE = 10.0  # far above any useful Adam rate; larger ones overflow Adam's step
 
 
@@ -52,7 +55,8 @@ class TrainConfig:
 
     # run
     episodes: int = _f(1000, RUN, "total completed episodes (global, over all workers)")
-    num_envs: int = _f(8, RUN, "vectorised environments per worker")
+    num_envs: int = _f(64, RUN, "vectorised environments per worker (each update takes 16 steps of every env: "
+                                "docs/batch_scaling.md)")
     seed: int = _f(1, RUN, "random seed (model init, envs, sampling)")
     device: str = _f("auto", RUN, "where to train", launch=True, choices=("auto", "cpu", "cuda"))
     threads: Optional[int] = _f(None, RUN, "intra-op torch threads per worker "
@@ -94,12 +98,17 @@ class TrainConfig:
                                    launch=True, metavar="DURATION")
     tensorboard: bool = _f(False, RUN, "also write TensorBoard curves to <checkpoint-dir>/tb (needs tensorboard)")
     # PPO
-    update_interval: Optional[int] = _f(None, PPO, f"transitions in one update's batch, all workers together "
-                                                   f"(default: {WORKER_BATCH} per worker, so {WORKER_BATCH} x workers)")
-    learning_rate_actor: float = _f(3e-4, PPO, "Adam learning rate of encoder, LSTM and policy head (x sqrt(W) on W "
-                                                "workers with the default batch)")
-    learning_rate_critic: float = _f(1e-3, PPO, "Adam learning rate of the value head (x sqrt(W) on W workers with "
-                                                "the default batch)")
+    update_interval: Optional[int] = _f(None, PPO, f"transitions in one update's batch U, all workers together "
+                                                   f"(default: {STEPS_PER_ENV} steps of every env, so {STEPS_PER_ENV} "
+                                                   f"x --num-envs x workers)")
+    learning_rate_actor: Optional[float] = _f(
+        None, PPO, f"Adam learning rate of encoder, LSTM and policy head (default: {BASE_RATES[0]:g} x "
+                   f"min(sqrt(U / {BASE_BATCH}), {MAX_RATE_SCALE:g}) at a batch of U transitions; a given rate is "
+                   f"used as it is)")
+    learning_rate_critic: Optional[float] = _f(
+        None, PPO, f"Adam learning rate of the value head (default: {BASE_RATES[1]:g} x min(sqrt(U / {BASE_BATCH}), "
+                   f"{MAX_RATE_SCALE:g}); "
+                   f"a given rate is used as it is)")
     gamma: float = _f(0.99, PPO, "discount factor")
     gae_lambda: float = _f(0.95, PPO, "GAE lambda")
     clip: float = _f(0.2, PPO, "PPO ratio clip range")
@@ -290,7 +299,7 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
             raise UsageError(f"{flag_name(name)} must be > 0, got {value}")
     for name in ("learning_rate_actor", "learning_rate_critic"):
         value = getattr(config, name)
-        if not 0 < value <= MAX_LEARNING_RATE:
+        if value is not None and not 0 < value <= MAX_LEARNING_RATE:
             raise UsageError(f"{flag_name(name)} must be within (0, {MAX_LEARNING_RATE:g}], got {value:g}")
     for name in ("gamma", "gae_lambda"):
         value = getattr(config, name)
@@ -346,46 +355,61 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
 
 def update_batch(config: TrainConfig, world_size: int = 1) -> int:
     """U, the transitions of one update over all workers: ``--update-interval`` when given
-    (a global batch, whatever the worker count), else :data:`WORKER_BATCH` per worker, so
-    that each worker's rollout is as long as on one worker."""
-    return config.update_interval if config.update_interval is not None else WORKER_BATCH * world_size
+    (a global batch, whatever the worker count), else :data:`STEPS_PER_ENV` steps of every
+    env of every worker, so the batch grows with ``--num-envs`` and the worker count while
+    each env's rollout keeps its length."""
+    if config.update_interval is not None:
+        return config.update_interval
+    return STEPS_PER_ENV * config.num_envs * world_size
+
+
+def rate_scale(config: TrainConfig, world_size: int = 1) -> float:
+    """min(sqrt(U / BASE_BATCH), MAX_RATE_SCALE): how the default learning rates grow with
+    the batch U.
+
+    A batch k times larger gives k times fewer updates on the same env steps, each with
+    a gradient of less noise; Adam's rates then scale by sqrt(k), up to x8 (a batch of
+    8,192), beyond which larger rates learned less on one GPU (evidence from 128 to
+    262,144 transitions: docs/batch_scaling.md)."""
+    return min(math.sqrt(update_batch(config, world_size) / BASE_BATCH), MAX_RATE_SCALE)
 
 
 def learning_rates(config: TrainConfig, world_size: int = 1) -> tuple[float, float]:
-    """The (actor, critic) Adam rates a run trains at, before annealing.
-
-    With the default batch (no ``--update-interval``), W workers update on a batch W
-    times larger, so they make 1/W as many updates on the same data; the rates then
-    scale by sqrt(W), the usual rule for Adam when the batch grows (why: docs/benchmarks.md,
-    "Why learning rates x sqrt(W) on W workers"). An explicit ``--update-interval`` fixes
-    the batch, and the rates are taken as given."""
-    scale = math.sqrt(world_size) if config.update_interval is None else 1.0
-    return config.learning_rate_actor * scale, config.learning_rate_critic * scale
+    """The (actor, critic) Adam rates a run trains at, before annealing: each given rate as
+    it is, each left out as :data:`BASE_RATES` x :func:`rate_scale`."""
+    scale = rate_scale(config, world_size)
+    actor, critic = config.learning_rate_actor, config.learning_rate_critic
+    return (BASE_RATES[0] * scale if actor is None else actor,
+            BASE_RATES[1] * scale if critic is None else critic)
 
 
 def describe_batch(config: TrainConfig, world_size: int = 1) -> str:
-    """The start-up line's account of the batch: its split, which rule set its size and,
-    on several workers with the default batch, the rates that scaled with it."""
+    """The start-up line's account of the batch and the rates: its split, the rule or the
+    flags that set each, so a user sees what ``--num-envs`` and the workers picked."""
     u, n = update_batch(config, world_size), config.num_envs
-    rule = (f"--update-interval {u}, all workers together" if config.update_interval is not None
-            else f"default: {WORKER_BATCH} per worker; --update-interval sets the total")
-    line = (f"Batch: {u} transitions per update = {world_size} worker(s) x {n} envs x "
-            f"{steps_per_env(config, world_size)} steps ({rule})")
-    if config.update_interval is None and world_size > 1:
-        actor, critic = learning_rates(config, world_size)
-        line += (f"; learning rates {actor:.3g} / {critic:.3g} (--learning-rate-actor / -critic x sqrt({world_size}), "
-                 f"as the batch is {world_size}x one worker's)")
-    return line
+    rule = ("--update-interval" if config.update_interval is not None
+            else f"default: {STEPS_PER_ENV} steps x envs x workers")
+    mb = n * world_size // config.minibatches * steps_per_env(config, world_size)
+    actor, critic = learning_rates(config, world_size)
+    given = [flag for flag, value in (("--learning-rate-actor", config.learning_rate_actor),
+                                      ("--learning-rate-critic", config.learning_rate_critic)) if value is not None]
+    how = (f"{' and '.join(given)} as given" + (f", the other {BASE_RATES[0 if config.learning_rate_actor is None else 1]:g}"
+                                                f" {_scale_text(u)}" if len(given) == 1 else "")
+           if given else f"{BASE_RATES[0]:g} / {BASE_RATES[1]:g} {_scale_text(u)}")
+    return (f"Batch: {u} transitions per update = {world_size} worker(s) x {n} envs x "
+            f"{steps_per_env(config, world_size)} steps ({rule}); {config.minibatches} minibatches of {mb}, "
+            f"{config.epochs} epochs; learning rates {actor:.3g} / {critic:.3g} ({how})")
+
+
+def _scale_text(batch: int) -> str:
+    root = math.sqrt(batch / BASE_BATCH)
+    return (f"x sqrt({batch}/{BASE_BATCH}) = x{root:.3g}" if root <= MAX_RATE_SCALE
+            else f"x{MAX_RATE_SCALE:g}, the cap, as sqrt({batch}/{BASE_BATCH}) = {root:.3g} is more")
 
 
 def steps_per_env(config: TrainConfig, world_size: int = 1) -> int:
     """Rollout length T: each of a worker's envs steps U / (world_size * num_envs) times."""
     u, n, w = update_batch(config, world_size), config.num_envs, world_size
-    if config.update_interval is None and WORKER_BATCH % n:
-        raise UsageError(
-            f"--num-envs {n} does not divide the default batch of {WORKER_BATCH} transitions per worker; use a "
-            f"--num-envs that does (e.g. 4, 8 or 16), or give --update-interval (a multiple of {n * w})"
-        )
     if u % (n * w):
         valid = [k * n * w for k in range(1, 9)]
         raise UsageError(
@@ -393,4 +417,3 @@ def steps_per_env(config: TrainConfig, world_size: int = 1) -> int:
             f"use a multiple of {n * w} (e.g. {', '.join(map(str, valid[:4]))}) or change --num-envs"
         )
     return u // (n * w)
-

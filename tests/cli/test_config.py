@@ -4,8 +4,7 @@ import dataclasses
 import pytest
 
 from envs.config import EnvConfig
-from ppo_lstm.config import (TrainConfig, build_parser, config_from_args, describe_batch, learning_rates,
-                              steps_per_env, update_batch, validate)
+from ppo_lstm.config import TrainConfig, build_parser, config_from_args, steps_per_env, validate
 from ppo_lstm.distributed import episode_share, remaining_episode_shares, trades_history
 from ppo_lstm.errors import UsageError
 
@@ -47,36 +46,6 @@ def test_update_interval_split():
     assert steps_per_env(c, 1) == 16 and steps_per_env(c, 4) == 4
     with pytest.raises(UsageError, match=r"--update-interval 100 .* multiple of 16"):
         steps_per_env(TrainConfig(update_interval=100, num_envs=8), 2)
-
-
-def test_rates_scale_with_the_default_batch_only():
-    """sqrt(W) x the given rates when the batch is W x one worker's; as given otherwise."""
-    default = TrainConfig(learning_rate_actor=2e-4, learning_rate_critic=1e-3)
-    assert learning_rates(default, 1) == (2e-4, 1e-3)  # one worker: exactly the flags
-    assert learning_rates(default, 4) == pytest.approx((4e-4, 2e-3))
-    assert learning_rates(dataclasses.replace(default, update_interval=512), 4) == (2e-4, 1e-3)
-    from ppo_lstm.train.build import build_agent, build_optimizer
-    optimizer = build_optimizer(default, build_agent(default), world_size=4)
-    assert [group["lr"] for group in optimizer.param_groups] == pytest.approx([4e-4, 2e-3])
-
-
-def test_default_batch_scales_with_workers_and_an_explicit_one_is_global():
-    default, explicit = TrainConfig(num_envs=8), TrainConfig(num_envs=8, update_interval=128)
-    assert [update_batch(default, w) for w in (1, 2, 4)] == [128, 256, 512]
-    assert [steps_per_env(default, w) for w in (1, 2, 4)] == [16, 16, 16]  # each worker's rollout stays put
-    assert [update_batch(explicit, w) for w in (1, 2, 4)] == [128, 128, 128]
-    assert [steps_per_env(explicit, w) for w in (1, 2, 4)] == [16, 8, 4]
-    assert describe_batch(default, 1) == ("Batch: 128 transitions per update = 1 worker(s) x 8 envs x 16 steps "
-                                          "(default: 128 per worker; --update-interval sets the total)")
-    assert describe_batch(default, 2) == ("Batch: 256 transitions per update = 2 worker(s) x 8 envs x 16 steps "
-                                          "(default: 128 per worker; --update-interval sets the total); learning "
-                                          "rates 0.000424 / 0.00141 (--learning-rate-actor / -critic x sqrt(2), as "
-                                          "the batch is 2x one worker's)")
-    assert describe_batch(explicit, 2) == ("Batch: 128 transitions per update = 2 worker(s) x 8 envs x 8 steps "
-                                           "(--update-interval 128, all workers together)")
-    with pytest.raises(UsageError, match=r"--num-envs 3 does not divide the default batch of 128 transitions per "
-                                         r"worker; .* or give --update-interval \(a multiple of 6\)"):
-        steps_per_env(TrainConfig(num_envs=3), 2)
 
 
 def test_episode_share_gives_remainder_to_rank_0():

@@ -38,7 +38,7 @@ def test_default_space_covers_the_documented_flags() -> None:
     space = load_space(None, train_parser())
     names = {d.name for d in space.dimensions}
     assert names == {"learning-rate-actor", "learning-rate-critic", "ent-coef", "gamma", "gae-lambda", "clip",
-                     "epochs", "minibatches", "update-interval", "hidden-size", "lstm-size", "cost-warmup"}
+                     "epochs", "minibatches", "num-envs", "hidden-size", "lstm-size", "cost-warmup"}
     assert names == set(DEFAULT_SPACE)
     kinds = {d.name: (d.kind, d.integer) for d in space.dimensions}
     assert kinds["learning-rate-actor"] == ("log-uniform", False) and kinds["epochs"] == ("int", True)

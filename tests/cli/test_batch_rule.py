@@ -1,0 +1,99 @@
+"""The batch rule: --num-envs and the worker count pick the batch, its minibatches and the
+learning rates; explicit flags win (docs/batch_scaling.md)."""
+import dataclasses
+import math
+
+import pytest
+
+from ppo_lstm.config import (BASE_RATES, MAX_RATE_SCALE, STEPS_PER_ENV, TrainConfig, config_from_args, describe_batch,
+                             learning_rates, rate_scale, steps_per_env, update_batch)
+from ppo_lstm.errors import UsageError
+
+
+@pytest.mark.parametrize("num_envs, workers, batch, scale", [
+    (8, 1, 128, 1.0),
+    (32, 1, 512, 2.0),
+    (64, 1, 1024, math.sqrt(8)),
+    (8, 2, 256, math.sqrt(2)),
+    (8, 4, 512, 2.0),
+    (32, 4, 2048, 4.0),
+    (512, 1, 8192, 8.0),
+    (4096, 1, 65536, 8.0),  # capped: sqrt(512) = 22.6
+    (1024, 4, 65536, 8.0),
+])
+def test_num_envs_and_workers_pick_the_batch_and_the_rates(num_envs, workers, batch, scale):
+    config = TrainConfig(num_envs=num_envs)
+    assert update_batch(config, workers) == batch
+    assert steps_per_env(config, workers) == STEPS_PER_ENV  # every env's rollout keeps its length
+    assert rate_scale(config, workers) == pytest.approx(scale)
+    assert learning_rates(config, workers) == pytest.approx((BASE_RATES[0] * scale, BASE_RATES[1] * scale))
+
+
+def test_the_scale_is_sqrt_of_the_batch_ratio_up_to_the_cap():
+    scales = [rate_scale(TrainConfig(num_envs=n)) for n in (4, 8, 16, 64, 256, 512, 1024, 8192)]
+    assert scales == sorted(scales) and scales[0] == pytest.approx(math.sqrt(0.5))
+    assert max(scales) == MAX_RATE_SCALE == rate_scale(TrainConfig(num_envs=512))
+
+
+def test_an_explicit_update_interval_sets_the_batch_and_the_rates_follow_it():
+    config = TrainConfig(num_envs=8, update_interval=512)
+    assert [update_batch(config, w) for w in (1, 2, 4)] == [512, 512, 512]  # global, whatever the workers
+    assert [steps_per_env(config, w) for w in (1, 2, 4)] == [64, 32, 16]
+    assert learning_rates(config, 4) == pytest.approx((6e-4, 2e-3))  # sqrt(512 / 128) = 2
+    with pytest.raises(UsageError, match=r"--update-interval 100 .* multiple of 16"):
+        steps_per_env(TrainConfig(update_interval=100, num_envs=8), 2)
+
+
+def test_a_given_rate_is_used_as_it_is_and_the_other_follows_the_rule():
+    both = config_from_args(["--num-envs", "64", "--learning-rate-actor", "1e-4", "--learning-rate-critic", "5e-4"])
+    assert learning_rates(both, 4) == (1e-4, 5e-4)
+    actor_only = config_from_args(["--num-envs", "64", "--learning-rate-actor", "1e-4"])
+    assert learning_rates(actor_only, 1) == pytest.approx((1e-4, 1e-3 * math.sqrt(8)))
+    from ppo_lstm.train.build import build_agent, build_optimizer
+    optimizer = build_optimizer(actor_only, build_agent(actor_only), world_size=1)
+    assert [group["lr"] for group in optimizer.param_groups] == pytest.approx([1e-4, 1e-3 * math.sqrt(8)])
+
+
+def test_the_start_up_line_says_what_was_picked_and_why():
+    assert describe_batch(TrainConfig(num_envs=64), 2) == (
+        "Batch: 2048 transitions per update = 2 worker(s) x 64 envs x 16 steps (default: 16 steps x envs x "
+        "workers); 4 minibatches of 512, 4 epochs; learning rates 0.0012 / 0.004 (0.0003 / 0.001 x "
+        "sqrt(2048/128) = x4)")
+    assert describe_batch(TrainConfig(num_envs=4096), 1).endswith(
+        "learning rates 0.0024 / 0.008 (0.0003 / 0.001 x8, the cap, as sqrt(65536/128) = 22.6 is more)")
+    explicit = TrainConfig(num_envs=8, update_interval=256, minibatches=2, learning_rate_critic=2e-3)
+    assert describe_batch(explicit, 1) == (
+        "Batch: 256 transitions per update = 1 worker(s) x 8 envs x 32 steps (--update-interval); 2 minibatches "
+        "of 128, 4 epochs; learning rates 0.000424 / 0.002 (--learning-rate-critic as given, the other 0.0003 "
+        "x sqrt(256/128) = x1.41)")
+
+
+def test_rates_left_to_the_rule_are_saved_as_such_and_come_back_equal():
+    config = config_from_args(["--num-envs", "32"])
+    assert config.learning_rate_actor is None and config.update_interval is None
+    restored = TrainConfig.from_dict(config.to_dict())
+    assert restored == config and learning_rates(restored, 2) == learning_rates(config, 2)
+
+
+def test_a_bad_given_rate_is_still_refused():
+    from ppo_lstm.config import validate
+    with pytest.raises(UsageError, match="--learning-rate-actor must be within"):
+        validate(dataclasses.replace(TrainConfig(), learning_rate_actor=0.0))
+
+
+def test_resume_keeps_the_picked_batch_and_rates(tmp_path):
+    from tests.conftest import cli_in_process
+    small = ["--num-envs", "4", "--episode-length", "16", "--window", "8", "--hidden-size", "16", "--lstm-size",
+             "16", "--market", "regime", "--device", "cpu", "--seed", "3", "--no-progress"]
+    first = cli_in_process(tmp_path, "--episodes", "8", *small)
+    assert first.returncode == 0, first.stderr
+    again = cli_in_process(tmp_path, "--episodes", "16", "--resume", "--no-progress")
+    assert again.returncode == 0, again.stderr
+
+    def batch_line(text: str) -> str:
+        return next(line for line in text.splitlines() if line.startswith("Batch: ")).split("; episodes per")[0]
+    picked = ("Batch: 64 transitions per update = 1 worker(s) x 4 envs x 16 steps (default: 16 steps x envs x "
+              "workers); 4 minibatches of 16, 4 epochs; learning rates 0.000212 / 0.000707 (0.0003 / 0.001 x "
+              "sqrt(64/128) = x0.707)")
+    assert batch_line(first.stdout) == batch_line(again.stdout) == picked
+    assert "Resumed from " in again.stdout and "Episode 16/16" in again.stdout
