@@ -233,6 +233,7 @@ def main() -> None:
               "episodes": args.episodes, "budgets": {OURS: args.steps, SB3: args.sb3_steps}, "bayes_bps": ref,
               "targets": targets, "sb3_best_bps": sb3_best,
               "speedup_to_sb3_best": sb3_wall / ours_wall if ours_wall and sb3_wall else None,
+              "sb3_best_time_ratio": sb3_wall / ours_wall if ours_wall and sb3_wall else None,  # the same figure
               "first_reach_sb3_best": {t: [first_reach(c, sb3_best) for c in curves[t]] for t in (OURS, SB3)},
               "curves": curves, "quick": args.quick}
     report["wall_s"] = time.perf_counter() - start
