@@ -3,17 +3,18 @@
 Runs ``bench/learning.py`` once per configuration (one market, ``--seeds`` seeds on ``--jobs``
 processes, ``--steps`` env steps per seed, RecurrentPPO off) and tabulates the share of the
 market's ceiling each reaches (mean and worst seed) beside its training seconds per seed.
-Every configuration is a list of ``TrainConfig`` overrides; the default grid holds the default
-(batch 128: 8 envs x 16 steps, 4 minibatches) and, at batch 1,024 (32 envs x 32 steps), 4 to 32
-minibatches (minibatch size 256 down to 32 transitions, the default's) with both learning rates
-x1 and x2. Prints a table and ONE JSON line.
+Every configuration is a list of ``TrainConfig`` overrides, always with both learning rates
+given, so the batch rule's own rates never enter: the grid holds the base (batch 128: 8 envs x
+16 steps, 4 minibatches, rates 3e-4 / 1e-3, the defaults before the batch rule) and, at batch
+1,024 (32 envs x 32 steps), 4 to 32 minibatches (minibatch size 256 down to 32 transitions)
+with both rates x1 and x2. Prints a table and ONE JSON line.
 
     python bench/batch_sweep.py                          # regime at 10 bps, 2 seeds, 131,072 steps
     python bench/batch_sweep.py --market ou-10bps --seeds 3 --config default \
         --config num_envs=32,update_interval=1024,minibatches=4,lr_scale=2   # chosen configurations
 
-``--config`` (repeatable) replaces the grid: ``default``, or ``name=value`` overrides joined by commas,
-where ``lr_scale=X`` multiplies both default learning rates.
+``--config`` (repeatable) replaces the grid: ``default`` (the base), or ``name=value`` overrides joined
+by commas, where ``lr_scale=X`` multiplies both base learning rates (x1 when left out).
 """
 from __future__ import annotations
 
@@ -30,12 +31,11 @@ DEFAULT_LR = {"learning_rate_actor": 3e-4, "learning_rate_critic": 1e-3}
 
 def grid() -> list[dict[str, float]]:
     """The default configurations: the default batch, then batch 1,024 by minibatches and rate."""
-    configs: list[dict[str, float]] = [{}]
+    configs: list[dict[str, float]] = [parse_config("default")]
     for minibatches in (4, 8, 16, 32):
         for scale in (1, 2):
-            config = {"num_envs": 32, "update_interval": 1024, "minibatches": minibatches}
-            if scale != 1:
-                config.update({name: value * scale for name, value in DEFAULT_LR.items()})
+            config: dict[str, float] = {"num_envs": 32, "update_interval": 1024, "minibatches": minibatches}
+            config.update({name: value * scale for name, value in DEFAULT_LR.items()})
             configs.append(config)
     return configs
 
@@ -43,8 +43,8 @@ def grid() -> list[dict[str, float]]:
 def parse_config(text: str) -> dict[str, float]:
     """``default`` or ``name=value,...`` (``lr_scale`` scales both default learning rates)."""
     if text == "default":
-        return {}
-    config: dict[str, float] = {}
+        return {"num_envs": 8, **DEFAULT_LR}
+    config: dict[str, float] = dict(DEFAULT_LR)
     for item in text.split(","):
         name, _, value = item.partition("=")
         if name == "lr_scale":
@@ -71,10 +71,8 @@ def run(market: str, seeds: int, jobs: int, steps: int, overrides: dict[str, flo
 
 
 def label(overrides: dict[str, float]) -> str:
-    if not overrides:
-        return "default (batch 128, 4 minibatches)"
     scale = overrides.get("learning_rate_actor", DEFAULT_LR["learning_rate_actor"]) / DEFAULT_LR["learning_rate_actor"]
-    batch = overrides.get("update_interval", 128)
+    batch = overrides.get("update_interval", 16 * overrides.get("num_envs", 64))
     minibatches = overrides.get("minibatches", 4)
     return f"batch {batch:g}, {minibatches:g} minibatches of {batch / minibatches:g}, rates x{scale:g}"
 
