@@ -3,8 +3,8 @@
 Trains ppo-lstm-trader in-process on ``--device`` (the CLI's loop, no hold-out, no
 checkpoints) with the batch rule's defaults: ``--num-envs N`` alone, so each update
 takes 16 steps of every env (a batch of 16 N), 4 epochs of 4 minibatches, and both
-Adam rates x sqrt(16 N / 128). ``--rate-cap X`` adds runs whose rate scale is capped at
-X (explicit ``--learning-rate-actor/-critic``), to see where the sqrt rule stops holding.
+Adam rates x min(sqrt(16 N / 128), 8). ``--rate-cap X`` adds runs at rates x
+min(sqrt(16 N / 128), X), given explicitly: X = 1000 is the uncapped sqrt rule.
 
 Every ``--eval-every`` updates (and at the start) the policy is scored GREEDILY on the
 same ``--episodes`` held-out episodes (``evaluation_seeds(0, episodes)``), as
@@ -140,7 +140,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--markets", default="regime-10bps", help="comma list: regime-10bps, ou-10bps, regime-1bp")
     parser.add_argument("--num-envs", default="512,4096,16384", help="comma list of env counts")
-    parser.add_argument("--updates", type=int, default=48, help="updates per run (env steps: 16 x envs x this)")
+    parser.add_argument("--updates", type=int, default=48, help="updates per run (env steps: 16 x envs x this; a run ends on whole "
+                        "episodes, so this rounds up to a multiple of episode length / 16: 8 on regime)")
     parser.add_argument("--eval-every", type=int, default=4, help="updates between evaluations")
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--episodes", type=int, default=500, help="held-out episodes per evaluation")

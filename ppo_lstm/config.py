@@ -38,8 +38,8 @@ GROUP_TITLES = {
 DEFAULT_MASTER_PORT = 12355
 STEPS_PER_ENV = 16  # rollout length T of every env per update when --update-interval is not given
 BASE_BATCH = 128  # the batch the base learning rates were tuned at (8 envs x 16 steps, one worker)
-BASE_RATES = (3e-4, 1e-3)  # (actor, critic) Adam rates at BASE_BATCH; x sqrt(U / BASE_BATCH) at batch U,
-MAX_RATE_SCALE = 8.0  # up to this: reached at a batch of 8,192 (docs/batch_scaling.md)
+BASE_RATES = (3e-4, 1e-3)  # (actor, critic) Adam rates at BASE_BATCH; x sqrt(U / BASE_BATCH) at batch U
+MAX_RATE_SCALE = 8.0  # ... up to this scale, reached at a batch of 8,192 (docs/batch_scaling.md)
 MAX_LEARNING_RATE = 10.0  # far above any useful Adam rate; larger ones overflow Adam's step
 
 
