@@ -74,7 +74,10 @@ def label(overrides: dict[str, float]) -> str:
     scale = overrides.get("learning_rate_actor", DEFAULT_LR["learning_rate_actor"]) / DEFAULT_LR["learning_rate_actor"]
     batch = overrides.get("update_interval", 16 * overrides.get("num_envs", 64))
     minibatches = overrides.get("minibatches", 4)
-    return f"batch {batch:g}, {minibatches:g} minibatches of {batch / minibatches:g}, rates x{scale:g}"
+    others = [f"{k}={v:g}" for k, v in overrides.items()
+              if k not in ("num_envs", "update_interval", "minibatches", *DEFAULT_LR)]
+    return (f"batch {batch:g}, {minibatches:g} minibatches of {batch / minibatches:g}, rates x{scale:g}"
+            + "".join(f", {o}" for o in others))
 
 
 def main() -> None:
