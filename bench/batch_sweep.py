@@ -26,7 +26,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_LR = {"learning_rate_actor": 3e-4, "learning_rate_critic": 1e-3}
+sys.path.insert(0, str(ROOT))
+
+from ppo_lstm.config import BASE_RATES, STEPS_PER_ENV, TrainConfig  # noqa: E402
+
+DEFAULT_LR = dict(zip(("learning_rate_actor", "learning_rate_critic"), BASE_RATES))  # the base rates, always given
 
 
 def grid() -> list[dict[str, float]]:
@@ -72,7 +76,7 @@ def run(market: str, seeds: int, jobs: int, steps: int, overrides: dict[str, flo
 
 def label(overrides: dict[str, float]) -> str:
     scale = overrides.get("learning_rate_actor", DEFAULT_LR["learning_rate_actor"]) / DEFAULT_LR["learning_rate_actor"]
-    batch = overrides.get("update_interval", 16 * overrides.get("num_envs", 64))
+    batch = overrides.get("update_interval", STEPS_PER_ENV * overrides.get("num_envs", TrainConfig().num_envs))
     minibatches = overrides.get("minibatches", 4)
     others = [f"{k}={v:g}" for k, v in overrides.items()
               if k not in ("num_envs", "update_interval", "minibatches", *DEFAULT_LR)]

@@ -140,8 +140,9 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--markets", default="regime-10bps", help="comma list: regime-10bps, ou-10bps, regime-1bp")
     parser.add_argument("--num-envs", default="512,4096,16384", help="comma list of env counts")
-    parser.add_argument("--updates", type=int, default=48, help="updates per run (env steps: 16 x envs x this; a run ends on whole "
-                        "episodes, so this rounds up to a multiple of episode length / 16: 8 on regime)")
+    parser.add_argument("--updates", type=int, default=48,
+                        help="updates per run (env steps: 16 x envs x this; a run ends on whole episodes, so this "
+                             "rounds up to a multiple of episode length / 16: 8 on regime)")
     parser.add_argument("--eval-every", type=int, default=4, help="updates between evaluations")
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--episodes", type=int, default=500, help="held-out episodes per evaluation")

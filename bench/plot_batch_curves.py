@@ -1,5 +1,6 @@
 """Plot learning curves per batch from ``bench/gpu_learning.py`` outputs: held-out score against
-training seconds and against env steps, one colour per configuration, one line per seed (from the first scored update on: the axes are logarithmic).
+training seconds and against env steps, one colour per configuration, one line per seed
+(from the first scored update on: the axes are logarithmic).
 
     python bench/plot_batch_curves.py bench/results/cpu_learning_envs.txt \\
         bench/results/gpu_learning_nvidia_h200.txt --market regime-10bps --out bench/results/batch_curves.png

@@ -229,11 +229,11 @@ def main() -> None:
     targets.append({"label": f"RecurrentPPO's best ({sb3_best:.2f} bps, {100 * sb3_best / ref:.0f} %)",
                     "target": sb3_best, **to_best})
     ours_wall, sb3_wall = to_best[OURS]["wall_median"], to_best[SB3]["wall_median"]
+    ratio = sb3_wall / ours_wall if ours_wall and sb3_wall else None
     report = {"bench": "time_to_quality", "market": MARKET, "seeds": args.seeds, "every": args.every,
               "episodes": args.episodes, "budgets": {OURS: args.steps, SB3: args.sb3_steps}, "bayes_bps": ref,
               "targets": targets, "sb3_best_bps": sb3_best,
-              "speedup_to_sb3_best": sb3_wall / ours_wall if ours_wall and sb3_wall else None,
-              "sb3_best_time_ratio": sb3_wall / ours_wall if ours_wall and sb3_wall else None,  # the same figure
+              "speedup_to_sb3_best": ratio, "sb3_best_time_ratio": ratio,  # one figure under both names
               "first_reach_sb3_best": {t: [first_reach(c, sb3_best) for c in curves[t]] for t in (OURS, SB3)},
               "curves": curves, "quick": args.quick}
     report["wall_s"] = time.perf_counter() - start

@@ -386,18 +386,21 @@ def learning_rates(config: TrainConfig, world_size: int = 1) -> tuple[float, flo
 def describe_batch(config: TrainConfig, world_size: int = 1) -> str:
     """The start-up line's account of the batch and the rates: its split, the rule or the
     flags that set each, so a user sees what ``--num-envs`` and the workers picked."""
-    u, n = update_batch(config, world_size), config.num_envs
+    u, n, t = update_batch(config, world_size), config.num_envs, steps_per_env(config, world_size)
     rule = ("--update-interval" if config.update_interval is not None
             else f"default: {STEPS_PER_ENV} steps x envs x workers")
-    mb = n * world_size // config.minibatches * steps_per_env(config, world_size)
     actor, critic = learning_rates(config, world_size)
-    given = [flag for flag, value in (("--learning-rate-actor", config.learning_rate_actor),
-                                      ("--learning-rate-critic", config.learning_rate_critic)) if value is not None]
-    how = (f"{' and '.join(given)} as given" + (f", the other {BASE_RATES[0 if config.learning_rate_actor is None else 1]:g}"
-                                                f" {_scale_text(u)}" if len(given) == 1 else "")
-           if given else f"{BASE_RATES[0]:g} / {BASE_RATES[1]:g} {_scale_text(u)}")
-    return (f"Batch: {u} transitions per update = {world_size} worker(s) x {n} envs x "
-            f"{steps_per_env(config, world_size)} steps ({rule}); {config.minibatches} minibatches of {mb}, "
+    scale = _scale_text(u)
+    if config.learning_rate_actor is None and config.learning_rate_critic is None:
+        how = f"{BASE_RATES[0]:g} / {BASE_RATES[1]:g} {scale}"
+    elif config.learning_rate_actor is None:
+        how = f"--learning-rate-critic as given, the other {BASE_RATES[0]:g} {scale}"
+    elif config.learning_rate_critic is None:
+        how = f"--learning-rate-actor as given, the other {BASE_RATES[1]:g} {scale}"
+    else:
+        how = "--learning-rate-actor and --learning-rate-critic as given"
+    return (f"Batch: {u} transitions per update = {world_size} worker(s) x {n} envs x {t} steps ({rule}); "
+            f"{config.minibatches} minibatches of {n * world_size // config.minibatches * t}, "
             f"{config.epochs} epochs; learning rates {actor:.3g} / {critic:.3g} ({how})")
 
 
