@@ -35,7 +35,8 @@ def test_the_plot_reads_every_gpu_learning_line(tmp_path):
     results = tmp_path / "r.txt"
     results.write_text("# a header\n" + json.dumps(line) + "\n")
     out = tmp_path / "c.png"
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "plot_batch_curves.py"), str(results), "--out", str(out)],
+    script = ROOT / "bench" / "plot_batch_curves.py"
+    done = subprocess.run([sys.executable, str(script), str(results), "--out", str(out)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "CPU: 8 envs, batch 128: 1 seeds" in done.stdout and out.stat().st_size > 0
