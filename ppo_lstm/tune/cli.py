@@ -64,7 +64,7 @@ def _run(command: Any) -> int:
         raise UsageError(f"--out {out}: cannot create the directory ({err.strerror})") from None
     storage = make_storage(url)
     settings = {"space": _json(space.canonical()), "metric": tune.metric, "seeds": tune.seeds,
-                "base": run_settings(base)}
+                "time_limit": base.time_limit, "base": run_settings(base)}
     study, created = open_study(storage, tune.study_name, url)
     if created:
         queue_slots(study, tune.trials)

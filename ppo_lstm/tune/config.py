@@ -90,9 +90,6 @@ def parse_command_line(argv: Optional[list[str]] = None, prog: Optional[str] = N
         if name in given:
             raise UsageError(f"--{name.replace('_', '-')} is set by the study for each trial "
                              f"(<out>/trial-NNNN); leave it out")
-    if base.time_limit is not None:
-        raise UsageError("--time-limit would end a trial's training early and score it unfinished against finished "
-                         "ones; give fewer --episodes instead")
     if tune.trials < 1 or tune.seeds < 1 or tune.jobs < 1 or tune.startup_trials < 0:
         raise UsageError(f"--trials, --seeds and --jobs must be at least 1 and --startup-trials at least 0, got "
                          f"{tune.trials}, {tune.seeds}, {tune.jobs} and {tune.startup_trials}")

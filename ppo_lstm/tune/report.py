@@ -97,14 +97,16 @@ COLUMNS = (("seed std", 8, lambda t: t.user_attrs.get("score_std")),
            ("alpha sharpe", 12, _alpha_annual))
 
 
-def objective_lines(study: optuna.Study, metric: str, seeds: int) -> list[str]:
-    """What a trial's score is, and that it is a selection on the bars it is scored on."""
+def objective_lines(study: optuna.Study, metric: str, seeds: int, time_limit: Optional[str] = None) -> list[str]:
+    """What a trial's score is (with ``time_limit``, at equal wall time), and that it is a selection
+    on the bars it is scored on."""
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     counts = [n for t in done for n in t.user_attrs.get("holdout_backtests", [])]
     among = f"the best of its run's {int(statistics.median(counts))} hold-out backtests" if counts else \
         "the best of its run's hold-out backtests"
+    budget = "" if time_limit is None else f", each seed trained for at most {time_limit} of wall time (--time-limit)"
     return [f"Objective: the hold-out {'return (%)' if metric == 'return' else 'Sharpe ratio'} of each seed's "
-            f"best.pt, mean over {seeds} seed(s) per trial",
+            f"best.pt, mean over {seeds} seed(s) per trial{budget}",
             f"A selection: each seed's best.pt is {among} by hold-out return, on the very bars it is scored on, "
             f"and the best trial the best of the study's trials there: the scores are optimistic and none is out "
             f"of sample; judge the best settings on later bars (walkforward-ppo-lstm, docs/tuning.md)"]
@@ -137,7 +139,8 @@ def report_lines(study: optuna.Study, url: str, out: Path) -> list[str]:
              f"{counts[TrialState.COMPLETE]} complete, {counts[TrialState.PRUNED]} pruned, "
              f"{counts[TrialState.FAIL]} failed, {counts[TrialState.RUNNING]} running, "
              f"{counts[TrialState.WAITING]} waiting",
-             *objective_lines(study, settings.get("metric", "return"), settings.get("seeds", 1))]
+             *objective_lines(study, settings.get("metric", "return"), settings.get("seeds", 1),
+                              settings.get("time_limit"))]
     best = write_best(study, out)
     if best is None:
         lines.append("No complete trial yet: no best.yaml")

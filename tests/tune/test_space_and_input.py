@@ -110,7 +110,7 @@ def test_an_unreachable_storage_is_one_line(tmp_path: Path) -> None:
     ([], ["--out DIR is required"]),
     (["--out", "X", "--checkpoint-dir", "c"], ["--checkpoint-dir is set by the study"]),
     (["--out", "X", "--trials", "0"], ["at least 1"]),
-    (["--out", "X", "--time-limit", "10min"], ["--time-limit would end a trial's training early"]),
+    (["--out", "X", "--time-limit", "ten minutes"], ["--time-limit takes a positive duration"]),
     (["--out", "X", "--holdout-episodes", "0"], ["keep a hold-out"]),
     (["--out", "X", "--report"], ["holds no study", "run the study first"]),
 ])

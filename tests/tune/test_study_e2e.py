@@ -120,3 +120,19 @@ def test_invalid_settings_fail_their_trial_and_the_study_goes_on(tmp_path: Path)
         assert "--minibatches 3 must divide the 2 env sequences" in t.user_attrs[FAIL_REASON]
     assert "No complete trial yet" in result.stdout and "Failed trials:" in result.stdout
     assert not (tmp_path / "study" / "best.yaml").exists()
+
+
+def test_a_wall_time_objective_gives_every_trial_the_same_time_limit(tmp_path: Path) -> None:
+    space = write_space(tmp_path / "space.yaml", SPACE)
+    budget = ["--space", space, "--trials", "2", "--episodes", "100000", "--time-limit", "2s"]
+    result = start_tune(tmp_path, "--out", "study", *budget).wait(300)
+    assert result.returncode == 0, result.output
+    trials = trials_of(f"sqlite:///{tmp_path / 'study' / 'study.db'}", "study")
+    assert_exactly(trials, 2)
+    assert all(t.state.name == "COMPLETE" and math.isfinite(t.value) for t in trials)
+    for t in trials:  # every trial's run stopped at the limit, far short of its episodes, and was scored
+        log = (tmp_path / "study" / f"trial-{t.number:04d}" / "training.log").read_text()
+        assert "Time limit reached (--time-limit 2s): stopped at episode" in log and "of 100000" in log
+    assert "each seed trained for at most 2s of wall time (--time-limit)" in result.stdout
+    code, _, err = run_main("--out", str(tmp_path / "study"), *budget[:-1], "5s")  # another budget: refused
+    assert code == 2 and 'created with time_limit = "2s", this command gives "5s"' in err
