@@ -44,7 +44,9 @@ over 20k profitable bars equity grows by adding, and log growth per bar would un
 every profitable policy by a different amount); bench/results/learning_signal.txt.
 
 Time: 12 training runs (9 x 131072 steps, 3 RecurrentPPO x 131072, the same budget) on ``--jobs 2``:
-205 s on 2 otherwise idle AMD EPYC cores (bench/results/learning.txt). The csv market is one continuous
+205 s on 2 otherwise idle AMD EPYC cores at 8 envs a run (``--set num_envs=8``, bench/results/learning.txt).
+At the default 64 envs, the 6 runs of ``--markets regime-10bps,ou-10bps --no-sb3`` took 42 s
+(bench/results/tune_wall_time_regime.txt). The csv market is one continuous
 regime path (default parameters) cut into a 60k-bar training file and the 20k bars after
 it as the test file. Its scores are not comparable with the simulated markets': a
 continuous backtest keeps the lot size fixed in units, so the exposure drifts with the
