@@ -28,7 +28,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import json  # noqa: E402
-import math  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -44,7 +43,7 @@ from bench.learning_markets import EVAL_SEED, TUNE_EPISODES, env_config  # noqa:
 from bench.learning_paths import score_backtest, simulated_paths  # noqa: E402
 from bench.quality_curve import Point, reach_summary  # noqa: E402
 from ppo_lstm.algo.seeding import env_seeds  # noqa: E402
-from ppo_lstm.config import BASE_BATCH, BASE_RATES, STEPS_PER_ENV  # noqa: E402
+from ppo_lstm.config import BASE_RATES, STEPS_PER_ENV, batch_rate_scale  # noqa: E402
 from ppo_lstm.evaluation.backtest import backtest_simulated, evaluation_seeds  # noqa: E402
 
 SHARES = (0.5, 0.8, 0.9)
@@ -70,7 +69,7 @@ def curve(market: str, num_envs: int, seed: int, updates: int, every: int, episo
     env = env_config(market)
     rates: dict[str, float] = {}
     if cap is not None:
-        scale = min(math.sqrt(STEPS_PER_ENV * num_envs / BASE_BATCH), cap)
+        scale = batch_rate_scale(STEPS_PER_ENV * num_envs, cap)
         rates = {"learning_rate_actor": BASE_RATES[0] * scale, "learning_rate_critic": BASE_RATES[1] * scale}
     points: list[Point] = []
     clock = {"start": 0.0, "paused": 0.0}

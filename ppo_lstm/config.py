@@ -363,15 +363,19 @@ def update_batch(config: TrainConfig, world_size: int = 1) -> int:
     return STEPS_PER_ENV * config.num_envs * world_size
 
 
-def rate_scale(config: TrainConfig, world_size: int = 1) -> float:
-    """min(sqrt(U / BASE_BATCH), MAX_RATE_SCALE): how the default learning rates grow with
-    the batch U.
+def batch_rate_scale(batch: int, cap: float = MAX_RATE_SCALE) -> float:
+    """min(sqrt(batch / BASE_BATCH), cap): how the default learning rates grow with the batch.
 
     A batch k times larger gives k times fewer updates on the same env steps, each with
     a gradient of less noise; Adam's rates then scale by sqrt(k), up to x8 (a batch of
     8,192), beyond which larger rates learned less on one GPU (evidence from 128 to
     262,144 transitions: docs/batch_scaling.md)."""
-    return min(math.sqrt(update_batch(config, world_size) / BASE_BATCH), MAX_RATE_SCALE)
+    return min(math.sqrt(batch / BASE_BATCH), cap)
+
+
+def rate_scale(config: TrainConfig, world_size: int = 1) -> float:
+    """:func:`batch_rate_scale` of the run's batch U (:func:`update_batch`)."""
+    return batch_rate_scale(update_batch(config, world_size))
 
 
 def learning_rates(config: TrainConfig, world_size: int = 1) -> tuple[float, float]:
@@ -405,7 +409,7 @@ def describe_batch(config: TrainConfig, world_size: int = 1) -> str:
 
 
 def _scale_text(batch: int) -> str:
-    root = math.sqrt(batch / BASE_BATCH)
+    root = batch_rate_scale(batch, cap=math.inf)
     return (f"x sqrt({batch}/{BASE_BATCH}) = x{root:.3g}" if root <= MAX_RATE_SCALE
             else f"x{MAX_RATE_SCALE:g}, the cap, as sqrt({batch}/{BASE_BATCH}) = {root:.3g} is more")
 
