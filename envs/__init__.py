@@ -3,7 +3,8 @@
 - ``config.py``: ``EnvConfig``, every env option, its default, help text and validation;
 - ``core.py``: ``TradingCore``, N envs' clock and state around a market, a ledger and an observer;
 - ``ledger.py``: positions, FIFO lots, fills, fees, slippage, equity and the reward;
-- ``observation.py``: the observation (return window, position, PnL, time, features) and its space;
+- ``observation.py``: the observation (return window, position, PnL, time, features, EMA deviations) and its space;
+- ``ema_deviation.py``: ``--ema-spans``, the log close's deviation from its EMAs (memory beyond the window);
 - ``accumulate.py``: running sums along time over many envs, bit for bit NumPy's;
 - ``trading_env.py``: ``TradingEnv``, the gymnasium env (the N = 1 view of the core);
 - ``vector.py``: ``VectorTradingEnv``, the gymnasium vector env (the N-env view);

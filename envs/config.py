@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from envs.data.features import parse_feature_names
+from envs.ema_deviation import parse_ema_spans
 
 MARKETS: tuple[str, ...] = ("gbm", "ou", "regime", "jump", "garch", "mixed")
 
@@ -40,6 +41,12 @@ class EnvConfig:
                           "causal rolling z-score, clipped (docs/data.md); leading NaN rows (a warm-up) are allowed"},
     )
 
+    ema_spans: Optional[str] = field(
+        default=None,
+        metadata={"help": "N[,N...]: add, per span N (bars), the log close's deviation from its EMA(N) as a "
+                          "z-score: memory beyond --window for mean reversion or slow trends (docs/environments.md)"},
+    )
+
     @property
     def num_actions(self) -> int:
         """Size of the discrete action space: 2K+1 with shorting, K+1 without."""
@@ -51,9 +58,15 @@ class EnvConfig:
         return parse_feature_names(self.features)
 
     @property
+    def spans(self) -> tuple[int, ...]:
+        """The ``--ema-spans``, in order (``()`` without them)."""
+        return parse_ema_spans(self.ema_spans)
+
+    @property
     def obs_dim(self) -> int:
-        """Observation length: window returns + position, unrealised PnL, time in position + features."""
-        return self.window + 3 + len(self.feature_names)
+        """Observation length: window returns + position, unrealised PnL, time in position + features
+        + EMA deviations."""
+        return self.window + 3 + len(self.feature_names) + len(self.spans)
 
     def validate(self) -> None:
         """Raise ValueError with a one-line, fix-it message for an impossible setting."""
@@ -72,6 +85,7 @@ class EnvConfig:
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
         parse_feature_names(self.features)
+        parse_ema_spans(self.ema_spans)
 
 
 def make_config(config: EnvConfig | None, overrides: dict[str, Any]) -> EnvConfig:

@@ -43,7 +43,7 @@ class TradingCore:
                              f"none: pass data (--data)")
         self.n, self.config, self.L = num_envs, config, config.episode_length
         self.observer = Observer(num_envs, config, time_scale)
-        self.market: Market = (SimulatedMarket(num_envs, config, self.observer.z) if data is None
+        self.market: Market = (SimulatedMarket(num_envs, config, self.observer.z, self.observer.feat) if data is None
                                else HistoricalMarket(num_envs, config, self.observer.z, data, span,
                                                      self.observer.feat))
         self.ledger = Ledger(num_envs, config)

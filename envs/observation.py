@@ -1,7 +1,7 @@
 """Observations: the normalised-return window and the position, PnL and time features.
 
-Observation at bar ``t`` (decision ``j = t - W``), [W+3+F] float32 (F: the ``--features``
-columns, 0 without them):
+Observation at bar ``t`` (decision ``j = t - W``), [W+3+F+E] float32 (F: the ``--features``
+columns, E: the ``--ema-spans``, 0 without them):
 
 * ``[0:W]``  log returns of close for bars ``t-W+1..t``, each divided by the RMS
   of the ``W`` returns ending at that bar (for an episode's first ``W`` bars: of
@@ -18,11 +18,15 @@ columns, 0 without them):
   continuous backtest (``ppo_lstm.evaluation.backtest``) passes the training episode length, so
   a position held longer than a training episode reads 1, as at a training episode's
   end. In training (scale = episode length, position age <= L) nothing is clipped.
+* ``[W+3:W+3+F]`` the ``--features`` columns' z-scores at bar ``t`` (``envs.data.features``);
+* ``[W+3+F:]`` one entry per ``--ema-spans`` span: the log close's deviation from its EMA
+  at bar ``t``, as a z-score (``envs.ema_deviation``; E entries, 0 without spans);
 
 The markets write each episode's normalised returns into ``Observer.z`` ([N, W+L],
 ``z[:, b-1]`` is bar ``b``) with the two functions here; the observer cuts the
 windows and adds the ledger's features. A historical market also writes each episode's
-normalised feature columns at its decision bars into ``Observer.feat`` ([N, L+1, F]).
+normalised feature columns at its decision bars into ``Observer.feat`` ([N, L+1, F+E]), and
+both markets write the EMA deviations into its last E columns.
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from envs.accumulate import accumulate_time
 from envs.config import EnvConfig
 from envs.data.features import FEATURE_CLIP
+from envs.ema_deviation import EMA_CLIP
 
 if TYPE_CHECKING:
     from envs.ledger import Ledger
@@ -42,14 +47,16 @@ if TYPE_CHECKING:
 RETURN_CLIP = 5.0
 UPNL_SCALE = 10.0
 UPNL_CLIP = 10.0
-_TINY = 1e-12  # floor of the RMS
+RMS_FLOOR = 1e-12  # floor of the RMS
 
 
 def observation_space(config: EnvConfig) -> gym.spaces.Box:
-    """Box [W+3+F] float32 with the bounds of the layout above."""
-    w, f = config.window, len(config.feature_names)
-    low = np.concatenate([np.full(w, -RETURN_CLIP), [-1.0, -UPNL_CLIP, 0.0], np.full(f, -FEATURE_CLIP)])
-    high = np.concatenate([np.full(w, RETURN_CLIP), [1.0, UPNL_CLIP, 1.0], np.full(f, FEATURE_CLIP)])
+    """Box [W+3+F+E] float32 with the bounds of the layout above."""
+    w, f, e = config.window, len(config.feature_names), len(config.spans)
+    low = np.concatenate([np.full(w, -RETURN_CLIP), [-1.0, -UPNL_CLIP, 0.0], np.full(f, -FEATURE_CLIP),
+                          np.full(e, -EMA_CLIP)])
+    high = np.concatenate([np.full(w, RETURN_CLIP), [1.0, UPNL_CLIP, 1.0], np.full(f, FEATURE_CLIP),
+                           np.full(e, EMA_CLIP)])
     low, high = low.astype(np.float32), high.astype(np.float32)
     return gym.spaces.Box(low, high, dtype=np.float32)
 
@@ -60,19 +67,35 @@ def normalised_returns(close: np.ndarray, window: int) -> np.ndarray:
     Bar ``b >= W`` is ``r[b] / RMS(r[b-W+1..b])``; bars ``1..W-1`` use the RMS of the
     first full window (bars ``1..W``); clipped to +-5. Causal at every bar ``t >= W``.
     """
-    W = window
     r = np.diff(np.log(np.asarray(close, dtype=np.float64)))
-    ms = np.empty_like(r)
-    ms[W - 1 :] = sliding_window_view(r * r, W).sum(axis=1)  # no running-sum cancellation
-    ms[: W - 1] = ms[W - 1]
-    np.multiply(ms, 1.0 / W, out=ms)
-    np.maximum(ms, _TINY * _TINY, out=ms)
-    np.sqrt(ms, out=ms)
+    ms = _rms_of_returns(r, window)
     z = np.empty(len(r), np.float32)
     np.divide(r, ms, out=z, casting="same_kind")
     np.minimum(z, RETURN_CLIP, out=z)
     np.maximum(z, -RETURN_CLIP, out=z)
     return z
+
+
+def _rms_of_returns(r: np.ndarray, window: int) -> np.ndarray:
+    """``ms[b-1]``: the RMS (float64, >= RMS_FLOOR) of the ``window`` log returns ``r [n]`` ending at
+    bar ``b`` (``r[b-1]`` is bar b's); bars ``1..W-1`` get the first full window's."""
+    W = window
+    ms = np.empty_like(r)
+    ms[W - 1 :] = sliding_window_view(r * r, W).sum(axis=1)  # no running-sum cancellation
+    ms[: W - 1] = ms[W - 1]
+    np.multiply(ms, 1.0 / W, out=ms)
+    np.maximum(ms, RMS_FLOOR * RMS_FLOOR, out=ms)
+    np.sqrt(ms, out=ms)
+    return ms
+
+
+def rolling_rms(close: np.ndarray, window: int) -> np.ndarray:
+    """RMS [n] float64 of the log returns of bars ``b-W+1..b`` for every bar ``b`` of a close
+    series [n] (the RMS that divides bar b's return in :func:`normalised_returns`; bars before
+    ``W`` get the first full window's, and bar 0 has no return before it and gets the same)."""
+    r = np.diff(np.log(np.asarray(close, dtype=np.float64)))
+    ms = _rms_of_returns(r, window)
+    return np.concatenate([ms[:1], ms])
 
 
 def normalise_paths(r: np.ndarray, window: int, csum: np.ndarray, ms: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -90,8 +113,8 @@ def normalise_paths(r: np.ndarray, window: int, csum: np.ndarray, ms: np.ndarray
     np.subtract(csum[W:], csum[:-W], out=ms[W - 1 :])  # sum of the W squares ending at each bar
     ms[: W - 1] = ms[W - 1]  # the first W bars share the first full window
     np.multiply(ms, 1.0 / W, out=ms)
-    np.maximum(ms, _TINY * _TINY, out=ms)
-    np.sqrt(ms, out=ms)  # RMS, >= _TINY
+    np.maximum(ms, RMS_FLOOR * RMS_FLOOR, out=ms)
+    np.sqrt(ms, out=ms)  # RMS, >= RMS_FLOOR
     # float32 from here (clipping to +-5 commutes with the rounding: 5 is exact)
     np.divide(r, ms, out=out, casting="same_kind")
     np.minimum(out, RETURN_CLIP, out=out)
@@ -100,7 +123,7 @@ def normalise_paths(r: np.ndarray, window: int, csum: np.ndarray, ms: np.ndarray
 
 
 class Observer:
-    """Builds the observations [m, W+3+F] of N envs from ``z``, ``feat`` and a ledger."""
+    """Builds the observations [m, W+3+F+E] of N envs from ``z``, ``feat`` and a ledger."""
 
     def __init__(self, num_envs: int, config: EnvConfig, time_scale: int | None = None) -> None:
         n, W, L = num_envs, config.window, config.episode_length
@@ -116,11 +139,11 @@ class Observer:
         self._rows = np.arange(n)
         self._win_item = np.dtype(f"V{4 * W}")  # one window as a raw item: one memcpy-like move per env
         self._feat = np.empty((3, n))  # columns W..W+2 in float64, then one cast copy
-        self.F = len(config.feature_names)
-        self.feat = np.zeros((n, L + 1, self.F), np.float32)  # [N, L+1, F]: decision j's features at [:, j]
+        self.F = len(config.feature_names) + len(config.spans)  # feature columns, then EMA deviations
+        self.feat = np.zeros((n, L + 1, self.F), np.float32)  # [N, L+1, F+E]: decision j's at [:, j]
 
     def observe(self, ledger: Ledger, t: np.ndarray, t0: int, rows: np.ndarray | None = None) -> np.ndarray:
-        """Observations [m, W+3+F] float32 of envs ``rows`` (all if None) after ``t`` [N] decisions.
+        """Observations [m, W+3+F+E] float32 of envs ``rows`` (all if None) after ``t`` [N] decisions.
 
         While all envs are in step (``t0``: their common ``t``; -1 otherwise) the windows
         are one slice of ``z``, not a gather.

@@ -17,7 +17,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 from envs.config import EnvConfig
 from envs.data.features import feature_zscores
 from envs.markets.base import Market, Rows
-from envs.observation import normalised_returns
+from envs.ema_deviation import ema_deviations
+from envs.observation import normalised_returns, rolling_rms
 from envs.markets.variates import VariatePool
 
 if TYPE_CHECKING:
@@ -49,7 +50,8 @@ class HistoricalMarket(Market):
         With ``--features``, ``data`` must carry the config's feature columns; their
         normalised values (``envs.data.features``) go into ``feat`` [N, L+1, F] at each reset,
         and no episode's first decision comes before the first bar where every feature
-        is defined.
+        is defined. With ``--ema-spans``, the EMA deviations of the file's bars ``0..hi-1``
+        (``envs.ema_deviation``, the EMAs starting at the file's first open) follow them in ``feat``.
         """
         super().__init__(num_envs, config, z)
         files = [data] if not isinstance(data, (list, tuple)) else list(data)
@@ -63,8 +65,8 @@ class HistoricalMarket(Market):
             spans = list(span)
         if len(spans) != len(files):
             raise ValueError(f"got {len(spans)} spans for {len(files)} data files")
-        names = config.feature_names
-        self._nfeat = len(names)
+        names, ema_spans = config.feature_names, config.spans
+        self._nfeat = len(names) + len(ema_spans)  # the feature columns' z-scores, then the EMA deviations
         F, decisions = self._nfeat, self.bars - self.W  # L+1 decision bars per episode
         opens, closes, zs, fs, self.base, los, tops = [], [], [], [], [], [], []
         base = 0
@@ -77,7 +79,11 @@ class HistoricalMarket(Market):
             opens.append(o), closes.append(c), zs.append(zdata)
             if F:
                 fz = np.zeros((len(c), F), np.float32)
-                fz[:hi] = feature_zscores(one.features[:hi])
+                if names:
+                    fz[:hi, :len(names)] = feature_zscores(one.features[:hi])
+                if ema_spans:
+                    rms = rolling_rms(c[:hi], self.W)[:, None]
+                    fz[:hi, len(names):] = ema_deviations(o[:1], c[:hi, None], rms, self.W, ema_spans)[:, 0]
                 fs.append(fz)
             self.base.append(base)
             los.append(base + lo)
@@ -104,7 +110,8 @@ class HistoricalMarket(Market):
             # row b: the features of the L+1 decision bars from bar b on, as one raw item
             self._fepisodes = sliding_window_view(self._fdata, F * decisions)[::F].view(self._feat_item)[:, 0]
             self._feat_rows = feat.reshape(num_envs, -1).view(self._feat_item)[:, 0]
-            self._fingerprint["features"] = ",".join(n.lower() for n in names)
+            if names:
+                self._fingerprint["features"] = ",".join(n.lower() for n in names)
         self.start = np.zeros(num_envs, np.int64)
         self.instrument = np.zeros(num_envs, np.int64)
         self._starts = VariatePool(num_envs, _START_EPISODES, normal=False)  # one uniform per episode

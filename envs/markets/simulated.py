@@ -15,7 +15,8 @@ import numpy as np
 from envs.accumulate import accumulate_time
 from envs.config import EnvConfig
 from envs.markets.base import Market, Rows
-from envs.observation import normalise_paths
+from envs.ema_deviation import ema_deviations
+from envs.observation import RMS_FLOOR, normalise_paths
 from envs.markets.processes import (JUMP, REGIME, log_first_open, process_groups, process_index, process_log_returns,
                             regime_drift)
 from envs.markets.variates import VariatePool
@@ -26,8 +27,13 @@ _POOL_EPISODES = 8  # episodes of variates per pool refill
 class SimulatedMarket(Market):
     """N envs on simulated paths of ``config.market``; prices ``[W+L+1, N]`` time-major."""
 
-    def __init__(self, num_envs: int, config: EnvConfig, z: np.ndarray) -> None:
+    def __init__(self, num_envs: int, config: EnvConfig, z: np.ndarray, feat: np.ndarray | None = None) -> None:
+        """``feat`` [N, L+1, E]: the observer's array the ``--ema-spans`` deviations go to (needed with spans)."""
         super().__init__(num_envs, config, z)
+        self._spans = config.spans
+        if self._spans and feat is None:
+            raise ValueError("--ema-spans needs the observer's feat array")
+        self._feat = feat
         n, B = num_envs, self.bars
         self._open_t = np.zeros((B, n))
         self._close_t = np.ones((B, n))
@@ -74,6 +80,8 @@ class SimulatedMarket(Market):
         self._open_t[0, sel] = np.exp(log_open0)
         self._open_t[1:, sel] = close[:-1]  # bars open at the previous close
         self._normalise(sel, ret[1:])
+        if self._spans:
+            self._ema_features(sel)
         return self._close_t[self.W, sel]
 
     def _draw_paths(self, rows: np.ndarray, rngs: list) -> tuple[np.ndarray, np.ndarray]:
@@ -91,6 +99,20 @@ class SimulatedMarket(Market):
             if self.drift is not None:
                 self.drift[sub] = regime_drift(market, u[at], ext) if process == REGIME else 0.0
         return log_first_open(u), r
+
+    def _ema_features(self, sel: Rows) -> None:
+        """``feat[sel]`` [m, L+1, E]: the EMA deviations of each episode's decision bars W..W+L, from its
+        stored first open and closes alone (so a restored state recomputes the same bits)."""
+        W = self.W
+        close = self._close_t[:, sel]  # [W+L+1, m]
+        logc = np.log(close)
+        r = logc[1:] - logc[:-1]  # bars 1..W+L
+        csum = np.zeros((r.shape[0] + 1, r.shape[1]))
+        np.cumsum(r * r, axis=0, out=csum[1:])
+        rms = np.zeros(close.shape)
+        rms[W:] = np.sqrt(np.maximum((csum[W:] - csum[:-W]) / W, RMS_FLOOR * RMS_FLOOR))  # bar b: returns b-W+1..b
+        z = ema_deviations(self._open_t[0, sel], close, rms, W, self._spans)  # [W+L+1, m, E]
+        self._feat[sel] = z[W:].transpose(1, 0, 2)
 
     def _work(self, k: int, m: int, rows: int | None = None) -> np.ndarray:
         """Scratch array k as a contiguous time-major [rows (default W+L+1), m] array."""
@@ -127,6 +149,8 @@ class SimulatedMarket(Market):
             m = self.n
             logc = np.log(self._close_t, out=self._work(0, m))
             self._normalise(slice(None), np.subtract(logc[1:], logc[:-1], out=self._work(1, m, self.bars - 1)))
+        if self._spans:
+            self._ema_features(slice(None))
         pools = state.get("pools") or {}  # none in states saved before the pools existed
         self._uniform.set_state(pools.get("uniform"))
         self._normal.set_state(pools.get("normal"))

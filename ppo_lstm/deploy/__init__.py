@@ -5,8 +5,8 @@
 - ``spec.py``: ``PolicySpec`` (what a stream needs of a trained policy), ``checkpoint_fingerprint`` and
   ``TorchStep``, the agent's network step;
 - ``bars.py``: the checks of the bars fed in (time, OHLCV, feature values, files) and of ``--start`` and the costs;
-- ``windows.py``: the normalised returns of the last bars (``ReturnWindow``) and the feature normaliser
-  (``FeatureWindow``);
+- ``windows.py``: the normalised returns of the last bars (``ReturnWindow``), the feature normaliser
+  (``FeatureWindow``) and the ``--ema-spans`` EMAs (``EmaWindow``);
 - ``book.py``: ``PaperBook``, the paper account (the env's ledger for one env) and the pending trade;
 - ``state.py``: the saved state: its format, ``BarChain`` (the bars consumed and their SHA-256 chain), the
   owner checks and the atomic state file;

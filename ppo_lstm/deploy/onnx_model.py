@@ -9,21 +9,24 @@ The graph (``ppo_lstm.deploy.export_onnx`` writes it) is one decision of B envs:
 ``c_next``. The greedy action is ``argmax(logits)``; its signed lots are ``positions[action]``.
 
 The model's ``metadata_props`` carry what a consumer needs to build the observations
-(``METADATA_KEYS``): the env settings (``env``, JSON, and the main ones on their own),
-``positions``, ``features`` (JSON list of the data's feature columns the observation
-uses, in order: the training ``--features``, ``[]`` without), the observation layout and
-its constants (``return_clip``, ``rms_floor``, ``upnl_scale``, ``upnl_clip``,
-``time_scale``, and the feature columns' normalisation: ``feature_window``,
-``feature_clip``, ``feature_std_floor_rel``, ``feature_std_floor_abs``), the sizes, and
-the checkpoint's ``fingerprint``. The layout is ``envs.observation``'s; ``OnnxStep``
-refuses a model whose constants are not this version's (the feature constants are
-checked only for a model that reads features).
+(``METADATA_KEYS``): the env settings (``env``, JSON, as ``spec.env_settings`` records
+them, and the main ones on their own), ``positions``, ``features`` (JSON list of the data's feature columns the observation
+uses, in order: the training ``--features``, ``[]`` without), ``ema_spans`` (JSON list of
+the spans of the EMA deviations that follow them: the training ``--ema-spans``, ``[]``
+without; a model written before the key existed reads as ``[]``), the observation layout
+and its constants (``return_clip``, ``rms_floor``, ``upnl_scale``, ``upnl_clip``,
+``time_scale``, the feature columns' normalisation: ``feature_window``,
+``feature_clip``, ``feature_std_floor_rel``, ``feature_std_floor_abs``, and the EMA
+deviations' ``ema_clip``), the sizes, and the checkpoint's ``fingerprint``. The layout
+is ``envs.observation``'s; ``OnnxStep`` refuses a model whose constants are not this
+version's (the feature constants are checked only for a model that reads features, the
+EMA one only for a model with spans).
 """
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +34,11 @@ import numpy as np
 
 from envs.config import EnvConfig
 from envs.data.features import FEATURE_CLIP, FEATURE_WINDOW, STD_FLOOR_ABS, STD_FLOOR_REL
-from envs.observation import _TINY, RETURN_CLIP, UPNL_CLIP, UPNL_SCALE
+from envs.ema_deviation import EMA_CLIP
+from envs.observation import RMS_FLOOR, RETURN_CLIP, UPNL_CLIP, UPNL_SCALE
 
 from ..errors import UsageError, one_line
-from .spec import PolicySpec
+from .spec import PolicySpec, env_settings
 
 MODEL_FORMAT = "ppo-lstm-trader recurrent step"
 MODEL_VERSION = "1"
@@ -42,9 +46,10 @@ INPUTS = ("observation", "h", "c")
 OUTPUTS = ("logits", "value", "h_next", "c_next")
 METADATA_KEYS = (
     "format", "version", "fingerprint", "source", "env", "window", "max_position", "no_short", "episode_length",
-    "initial_cash", "fee_bps", "slippage_bps", "positions", "features", "observation", "obs_dim", "num_actions",
-    "hidden_size", "lstm_size", "return_clip", "rms_floor", "upnl_scale", "upnl_clip", "time_scale",
-    "feature_window", "feature_clip", "feature_std_floor_rel", "feature_std_floor_abs", "inputs", "outputs",
+    "initial_cash", "fee_bps", "slippage_bps", "positions", "features", "ema_spans", "observation", "obs_dim",
+    "num_actions", "hidden_size", "lstm_size", "return_clip", "rms_floor", "upnl_scale", "upnl_clip", "time_scale",
+    "feature_window", "feature_clip", "feature_std_floor_rel", "feature_std_floor_abs", "ema_clip", "inputs",
+    "outputs",
 )
 OBSERVATION_LAYOUT = (
     "[0:W] log returns of close of the last W bars, each divided by the RMS of the W returns ending at that bar "
@@ -54,15 +59,24 @@ OBSERVATION_LAYOUT = (
     "as a rolling z-score over the feature_window bars ending at the bar (float64: mean and population std of "
     "the column's defined, non-NaN, values among them), (x - mean) / std clipped to +-feature_clip, 0 where std "
     "<= feature_std_floor_rel * |mean| + feature_std_floor_abs; the first decision is at or after the first bar "
-    "where every feature column is defined. Lots: one lot = initial_cash / "
+    "where every feature column is defined; [W+3+F+k] (F = len(features)) the log close's deviation from its "
+    "EMA of span ema_spans[k], a z-score: alpha = 2 / (span + 1), a = 1 - alpha; level = log open of the data's "
+    "first bar, then level = level * a + log close * alpha at every bar (float64); (log close - level) * sqrt(1 - a^2) "
+    "/ a / rms, rms the RMS of the W log returns ending at the bar (floored at rms_floor), clipped to "
+    "+-ema_clip (envs.ema_deviation). Lots: one lot = initial_cash / "
     "(max_position * close of the first decision bar) units; fills at the next open with slippage_bps, "
     "fee_bps on each fill's notional (ppo_lstm.deploy.policy)")
 
 
 def constants() -> dict[str, str]:
     """The observation's constants, as this version builds it."""
-    return {"return_clip": repr(RETURN_CLIP), "rms_floor": repr(_TINY), "upnl_scale": repr(UPNL_SCALE),
+    return {"return_clip": repr(RETURN_CLIP), "rms_floor": repr(RMS_FLOOR), "upnl_scale": repr(UPNL_SCALE),
             "upnl_clip": repr(UPNL_CLIP)}
+
+
+def ema_constants() -> dict[str, str]:
+    """The EMA deviations' constant (``envs.ema_deviation``), as this version applies it."""
+    return {"ema_clip": repr(EMA_CLIP)}
 
 
 def feature_constants() -> dict[str, str]:
@@ -76,14 +90,16 @@ def metadata(env: EnvConfig, hidden_size: int, lstm_size: int, fingerprint: str,
     offset = 0 if env.no_short else env.max_position
     return {
         "format": MODEL_FORMAT, "version": MODEL_VERSION, "fingerprint": fingerprint, "source": source,
-        "env": json.dumps(asdict(env), sort_keys=True), "window": str(env.window),
+        "env": json.dumps(env_settings(env), sort_keys=True), "window": str(env.window),
         "max_position": str(env.max_position), "no_short": json.dumps(env.no_short),
         "episode_length": str(env.episode_length), "initial_cash": repr(float(env.initial_cash)),
         "fee_bps": repr(float(env.fee_bps)), "slippage_bps": repr(float(env.slippage_bps)),
         "positions": json.dumps([a - offset for a in range(env.num_actions)]),
-        "features": json.dumps(list(env.feature_names)), "observation": OBSERVATION_LAYOUT,
+        "features": json.dumps(list(env.feature_names)), "ema_spans": json.dumps(list(env.spans)),
+        "observation": OBSERVATION_LAYOUT,
         "obs_dim": str(env.obs_dim), "num_actions": str(env.num_actions), "hidden_size": str(hidden_size),
         "lstm_size": str(lstm_size), **constants(), "time_scale": str(env.episode_length), **feature_constants(),
+        **ema_constants(),
         "inputs": "observation [B, obs_dim] float32; h [B, lstm_size] float32; c [B, lstm_size] float32 "
                   "(zeros at the first decision, then the previous h_next, c_next)",
         "outputs": "logits [B, num_actions] float32; value [B] float32; h_next [B, lstm_size]; c_next [B, lstm_size]",
@@ -103,12 +119,15 @@ def spec_of(meta: dict[str, str], source: str) -> PolicySpec:
     features = tuple(json.loads(meta.get("features", "[]")))
     if features != env.feature_names:
         raise ValueError(f"its features {list(features)} are not its env's {list(env.feature_names)}")
-    ours = {**constants(), **(feature_constants() if features else {})}
+    spans = tuple(json.loads(meta.get("ema_spans", "[]")))
+    if spans != env.spans:
+        raise ValueError(f"its ema_spans {list(spans)} are not its env's {list(env.spans)}")
+    ours = {**constants(), **(feature_constants() if features else {}), **(ema_constants() if spans else {})}
     other = [k for k in ours if meta.get(k) != ours[k]]
     if other:
         raise ValueError(f"its observation constants ({', '.join(other)}) are not this version's")
     return PolicySpec(env=env, lstm_size=int(meta["lstm_size"]), fingerprint=meta["fingerprint"], backend="onnx",
-                      source=source, features=features)
+                      source=source, features=features, ema_spans=env.spans)
 
 
 class OnnxStep:

@@ -12,6 +12,9 @@ as a bar closes, and can stop and resume without replaying history::
 A policy trained with ``--features`` also reads the bar's feature columns: ``warm_up``
 loads them from the file or DataFrame (by name, as training did), and ``update`` takes
 them by name: ``policy.update(time, o, h, l, c, v, features={"vol_z": 0.4, "rsi": 61.0})``.
+A policy trained with ``--ema-spans`` needs nothing more: its EMA deviations come from the
+bars' opens and closes, the EMAs starting at the stream's first bar's open (as the backtest's
+start at the file's first bar: feed the file from its first bar to get its values).
 
 Timing (the backtest's): ``update(bar t)`` returns the decision taken after bar ``t``
 closes: ``target_position`` signed lots to hold during bar ``t+1``, traded at its open.
@@ -36,20 +39,23 @@ The observations come from the env's own code: ``envs.observation.normalised_ret
 on the last ``window + 1`` closes (the same value, bit for bit, as on the whole file:
 ``tests/deploy/test_policy.py``), the env's ``Observer`` and ``Ledger``, and the feature columns'
 rolling z-scores by ``envs.data.features.feature_zscores`` on the last ``FEATURE_WINDOW`` raw rows
-(the rule of ``FeatureNormaliser``: bit for bit the values of the whole file). The network
+(the rule of ``FeatureNormaliser``: bit for bit the values of the whole file), and the EMA
+deviations by ``envs.ema_deviation.EmaLevels`` with the RMS of ``envs.observation.rolling_rms``
+on the last ``window + 1`` closes (bit for bit the historical market's). The network
 step is the agent's own ``step`` (``TorchStep``) or the exported ONNX step (``ppo_lstm.deploy.onnx_model``).
 
 State: ``state_dict()`` is plain JSON data (numbers, strings, lists; floats written
 with ``repr`` round-trip exactly); ``save_state``/``load_state`` write and read it as a
 JSON file (atomically). It carries a fingerprint of the policy (its weights and
 settings), the costs, ``start``, the feature normaliser's constants and its last
-``FEATURE_WINDOW`` raw rows (NaN written as null), and a SHA-256 chain of every bar
-consumed (time, OHLCV and feature values), so a state is refused by another policy or
-normaliser, and a file whose earlier bars differ is refused by ``verify_history``; and the
-SHA-256 of all the rest (``state_digest``), so a state edited after it was written is refused.
+``FEATURE_WINDOW`` raw rows (NaN written as null), the EMA spans and levels, and a SHA-256
+chain of every bar consumed (time, OHLCV and feature values), so a state is refused by another
+policy, normaliser or EMA spans, and a file whose earlier bars differ is refused by
+``verify_history``; and the SHA-256 of all the rest (``state_digest``), so a state edited
+after it was written is refused.
 The parts: ``decision.py`` (``Decision``), ``spec.py`` (``PolicySpec``, the fingerprint,
 the network step), ``bars.py`` (checking the bars and feature values fed in),
-``windows.py`` (the return and feature windows), ``book.py`` (the paper account) and
+``windows.py`` (the return and feature windows and the EMAs), ``book.py`` (the paper account) and
 ``state.py`` (the state's format, the bar chain and the state file).
 """
 from __future__ import annotations
@@ -76,7 +82,7 @@ from .decision import Decision
 from .spec import PolicySpec, StepFn, TorchStep, checkpoint_fingerprint, checkpoint_step
 from .state import (STATE_FORMAT, STATE_VERSION, BarChain, bar_records, chain_digest, check_owner, check_seal,
                     check_state, policy_entry, read_state_file, seal, write_state_file)
-from .windows import FeatureWindow, ReturnWindow, feature_constants
+from .windows import EmaWindow, FeatureWindow, ReturnWindow, feature_constants
 
 __all__ = [  # the names importable from here: the class, and those its callers import from this module
     "TradingPolicy", "Decision", "PolicySpec", "StepFn", "TorchStep", "checkpoint_fingerprint", "Source",
@@ -86,7 +92,66 @@ __all__ = [  # the names importable from here: the class, and those its callers 
 _NS = np.dtype("datetime64[ns]")
 
 
-class TradingPolicy:
+class StreamReadouts:
+    """What a caller reads of a stream (``TradingPolicy``'s base): its decision, bars and book."""
+
+    spec: PolicySpec
+    _chain: BarChain
+    _book: PaperBook
+    _features: FeatureWindow
+    _decision: Optional[Decision]
+    _opened_ns: Optional[int]
+
+    @property
+    def decision(self) -> Optional[Decision]:
+        """The latest decision (None while warming up)."""
+        return self._decision
+
+    @property
+    def bars(self) -> int:
+        """Bars consumed."""
+        return self._chain.bars
+
+    @property
+    def bars_from_start(self) -> int:
+        """Bars consumed at or after ``start`` (decisions begin at the first of them, once
+        ``window + 1`` bars are consumed in all)."""
+        return self._chain.since_start
+
+    @property
+    def last_time(self) -> Optional[pd.Timestamp]:
+        """Time of the last bar consumed."""
+        return self._chain.last_time
+
+    @property
+    def start(self) -> Optional[pd.Timestamp]:
+        """The ``start`` this stream was begun with (None: from the first bar)."""
+        return None if self._chain.start_ns is None else pd.Timestamp(self._chain.start_ns)
+
+    @property
+    def opened_at(self) -> Optional[pd.Timestamp]:
+        """The first decision bar: the account opened at its close (None while warming up)."""
+        return None if self._opened_ns is None else pd.Timestamp(self._opened_ns)
+
+    def undefined_features(self) -> list[str]:
+        """The feature columns without a value at the last bar consumed (their warm-up): no
+        decision is taken while there are any."""
+        if not self._chain.bars:
+            return list(self.spec.features)
+        return self._features.undefined()
+
+    @property
+    def position(self) -> int:
+        """Lots held now (0 before the first decision)."""
+        return self._book.position
+
+    @property
+    def equity(self) -> Optional[float]:
+        """The paper account's equity at the last close (None before the first decision)."""
+        return self._book.equity
+
+
+class TradingPolicy(StreamReadouts):
     """A trained policy, fed one bar at a time, that keeps its LSTM state, normalisers and book.
 
     See the module docstring for the timing. ``update`` returns None while the stream
@@ -107,6 +172,7 @@ class TradingPolicy:
         self._book = PaperBook(self.env)
         self._returns = ReturnWindow(self.env.window)
         self._features = FeatureWindow(spec.features)
+        self._emas = EmaWindow(spec.ema_spans, self.env.window)
         self.reset()
 
     # ------------------------------------------------------------------ construction
@@ -136,7 +202,7 @@ class TradingPolicy:
                    fingerprint: str = "") -> "TradingPolicy":
         """An agent in memory with its training env settings."""
         spec = PolicySpec(env=env, lstm_size=agent.lstm_size, fingerprint=fingerprint, source="agent",
-                          features=env.feature_names)
+                          features=env.feature_names, ema_spans=env.spans)
         return cls(spec, TorchStep(agent, device))
 
     # ------------------------------------------------------------------ the stream
@@ -146,6 +212,7 @@ class TradingPolicy:
         self._chain = BarChain()
         self._returns.reset()
         self._features.reset()
+        self._emas.reset()
         self._book.reset()
         self._h = self._c = np.zeros((1, self.spec.lstm_size), np.float32)
         self._decision: Optional[Decision] = None
@@ -213,56 +280,6 @@ class TradingPolicy:
         next observation's PnL and time features, use it instead of the assumed fill."""
         self._book.set_fill(price, lots, self.spec.positions)
 
-    # ------------------------------------------------------------------ read-outs
-
-    @property
-    def decision(self) -> Optional[Decision]:
-        """The latest decision (None while warming up)."""
-        return self._decision
-
-    @property
-    def bars(self) -> int:
-        """Bars consumed."""
-        return self._chain.bars
-
-    @property
-    def bars_from_start(self) -> int:
-        """Bars consumed at or after ``start`` (decisions begin at the first of them, once
-        ``window + 1`` bars are consumed in all)."""
-        return self._chain.since_start
-
-    @property
-    def last_time(self) -> Optional[pd.Timestamp]:
-        """Time of the last bar consumed."""
-        return self._chain.last_time
-
-    @property
-    def start(self) -> Optional[pd.Timestamp]:
-        """The ``start`` this stream was begun with (None: from the first bar)."""
-        return None if self._chain.start_ns is None else pd.Timestamp(self._chain.start_ns)
-
-    @property
-    def opened_at(self) -> Optional[pd.Timestamp]:
-        """The first decision bar: the account opened at its close (None while warming up)."""
-        return None if self._opened_ns is None else pd.Timestamp(self._opened_ns)
-
-    def undefined_features(self) -> list[str]:
-        """The feature columns without a value at the last bar consumed (their warm-up): no
-        decision is taken while there are any."""
-        if not self._chain.bars:
-            return list(self.spec.features)
-        return self._features.undefined()
-
-    @property
-    def position(self) -> int:
-        """Lots held now (0 before the first decision)."""
-        return self._book.position
-
-    @property
-    def equity(self) -> Optional[float]:
-        """The paper account's equity at the last close (None before the first decision)."""
-        return self._book.equity
-
     # ------------------------------------------------------------------ one bar
 
     def _consume(self, record: np.ndarray, t: int, open_: float, close: float) -> None:
@@ -270,6 +287,7 @@ class TradingPolicy:
         book = self._book
         if book.opened:
             book.book(open_, close)
+        self._emas.push(open_, close, self._returns.closes, self._chain.bars)
         self._returns.push(close, self._chain.bars)
         if not book.opened and self._ready():
             book.open(close)
@@ -286,8 +304,11 @@ class TradingPolicy:
     def _decide(self, t: int) -> None:
         W = self.env.window
         self._observer.z[0, :W] = self._returns.values
-        if self.spec.features:
-            self._observer.feat[0, 0] = self._features.z
+        F = len(self.spec.features)
+        if F:
+            self._observer.feat[0, 0, :F] = self._features.z
+        if self.spec.ema_spans:
+            self._observer.feat[0, 0, F:] = self._emas.z
         book = self._book
         obs = self._observer.observe(book.ledger, self._t0, 0)  # [1, D]
         logits, value, self._h, self._c = self._step(obs, self._h, self._c)
@@ -307,7 +328,8 @@ class TradingPolicy:
             "format": STATE_FORMAT, "version": STATE_VERSION,
             "policy": policy_entry(self.spec, self.env), **chain.state(), **self._returns.state(),
             "opened": book.opened, "ledger": book.ledger_state(),
-            "features": self._features.state(), "lstm": {"h": self._h[0].tolist(), "c": self._c[0].tolist()},
+            "features": self._features.state(), "ema": self._emas.state(),
+            "lstm": {"h": self._h[0].tolist(), "c": self._c[0].tolist()},
             "action": int(book.action[0]), "fill": None if book.fill is None else list(book.fill),
             "bust": book.bust, "decision": None if self._decision is None else self._decision._state(),
             "opened_ns": self._opened_ns,
@@ -315,7 +337,7 @@ class TradingPolicy:
 
     def load_state_dict(self, state: dict[str, Any]) -> int:
         """Restore ``state_dict()`` output; returns its format version (1: unsealed, read as it is).
-        UsageError (one line) for a state of another policy, backend, costs or feature set, one
+        UsageError (one line) for a state of another policy, backend, costs, feature set or EMA spans, one
         that is not a state of this format, or one edited after it was written (its seal)."""
         version = check_state(state, self.spec, self.env)
         try:
@@ -341,6 +363,7 @@ class TradingPolicy:
             raise ValueError("its counts, closes, window or LSTM state do not fit this policy")
         self._h, self._c = h, c
         self._features.restore(s.get("features"), chain.bars)
+        self._emas.restore(s.get("ema"), chain.bars)
         opened = bool(s["opened"])
         if opened and not (chain.since_start >= 1 and chain.bars > W):
             raise ValueError("'opened' does not match the bars consumed")

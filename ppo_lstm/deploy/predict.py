@@ -16,7 +16,9 @@ that waits more than 10 s is refused.
 
 A policy trained with ``--features`` reads those columns of the file (by name, as
 training did; a file lacking one is refused, naming it), and decides from the first bar
-where every one is defined, as ``evaluate-ppo-lstm`` does.
+where every one is defined, as ``evaluate-ppo-lstm`` does. A policy trained with
+``--ema-spans`` reads nothing more: its EMAs start at the file's first bar, as
+``evaluate-ppo-lstm``'s do, and a ``--state`` carries them on.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -33,7 +33,8 @@ class PolicySpec:
     ``episode_length`` is the time feature's scale); ``fingerprint``: SHA-256 of the
     checkpoint's weights and settings (``checkpoint_fingerprint``); ``backend``:
     ``"checkpoint"`` or ``"onnx"``; ``features``: the data's feature columns the
-    observation uses (``env.feature_names``: the training ``--features``, in order).
+    observation uses (``env.feature_names``: the training ``--features``, in order);
+    ``ema_spans``: the spans of its EMA deviations (``env.spans``: the training ``--ema-spans``).
     """
 
     env: EnvConfig
@@ -42,6 +43,7 @@ class PolicySpec:
     backend: str = "checkpoint"
     source: str = ""
     features: tuple[str, ...] = ()
+    ema_spans: tuple[int, ...] = ()
 
     @property
     def positions(self) -> tuple[int, ...]:
@@ -50,16 +52,30 @@ class PolicySpec:
         return tuple(a - offset for a in range(self.env.num_actions))
 
     def check_env(self, env: EnvConfig) -> None:
-        """UsageError unless ``env`` (the settings to trade with) has this policy's feature columns."""
+        """UsageError unless ``env`` (the settings to trade with) has this policy's feature columns and
+        EMA spans."""
         if tuple(self.features) != env.feature_names:
             raise UsageError(f"{self.source}: the policy's feature columns {list(self.features)} are not its env's "
                              f"{list(env.feature_names)}")
+        if tuple(self.ema_spans) != env.spans:
+            raise UsageError(f"{self.source}: the policy's EMA spans {list(self.ema_spans)} are not its env's "
+                             f"{list(env.spans)} (--ema-spans)")
+
+
+def env_settings(env: EnvConfig) -> dict[str, Any]:
+    """``asdict(env)`` less ``ema_spans`` when it is unset (None): the settings a fingerprint and a
+    state's ``policy`` entry record, so those of a policy without spans are the ones recorded
+    before the setting existed."""
+    settings = asdict(env)
+    if settings.get("ema_spans") is None:
+        settings.pop("ema_spans", None)
+    return settings
 
 
 def checkpoint_fingerprint(agent: RecurrentActorCritic, config: TrainConfig) -> str:
     """SHA-256 (hex) of the agent's weights and the checkpoint's network and env settings."""
     digest = hashlib.sha256()
-    settings = {"env": asdict(config.env), "hidden_size": config.hidden_size, "lstm_size": config.lstm_size}
+    settings = {"env": env_settings(config.env), "hidden_size": config.hidden_size, "lstm_size": config.lstm_size}
     digest.update(json.dumps(settings, sort_keys=True).encode())
     for name, tensor in sorted(agent.state_dict().items()):
         value = tensor.detach().cpu().contiguous()
@@ -94,5 +110,5 @@ def checkpoint_step(checkpoint: str | os.PathLike, device: torch.device | str = 
     agent, config = load_policy(path, device)
     spec = PolicySpec(env=config.env, lstm_size=config.lstm_size,
                       fingerprint=checkpoint_fingerprint(agent, config), backend="checkpoint", source=str(path),
-                      features=config.env.feature_names)
+                      features=config.env.feature_names, ema_spans=config.env.spans)
     return spec, TorchStep(agent, device)

@@ -2,11 +2,11 @@
 
 The state is plain JSON data (``TradingPolicy.state_dict``). ``check_state`` refuses
 data that is not a state of this format and version, or one written by another policy,
-route, feature set or costs (``check_owner``). ``BarChain`` counts the bars consumed and
+route, feature set, EMA spans or costs (``check_owner``). ``BarChain`` counts the bars consumed and
 hashes each in turn (``bar_records``: time, OHLCV and feature values; ``chain_digest``),
 so ``BarChain.verify`` refuses a file whose earlier bars differ. ``seal`` adds the
 SHA-256 of everything else in the state (the derived state too: position, cash, bust,
-windows, normaliser, LSTM state), and ``check_seal`` refuses a state edited after it was
+windows, normaliser, EMAs, LSTM state), and ``check_seal`` refuses a state edited after it was
 written. ``state_lock`` lets one call at a time use a state file.
 ``write_state_file`` and ``read_state_file`` write it atomically and read it back
 (JSON: nothing in it is executed; NaN, Infinity and out-of-range numbers are refused).
@@ -18,7 +18,6 @@ import hashlib
 import json
 import math
 import os
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
@@ -32,7 +31,7 @@ from ..errors import UsageError, one_line
 from ..rundir.checkpoint import CheckpointError, atomic_write_bytes
 from ..rundir.lock import waiting_lock
 from .bars import features_of
-from .spec import PolicySpec
+from .spec import PolicySpec, env_settings
 
 STATE_FORMAT = "ppo-lstm-trader policy state"
 STATE_VERSION = 2  # 2: sealed (``state_digest``); 1 (no seal) is read and written back as 2
@@ -169,12 +168,12 @@ def check_seal(state: dict[str, Any], version: int) -> None:
 def policy_entry(spec: PolicySpec, env: EnvConfig) -> dict[str, Any]:
     """A state's ``policy`` entry: what ``check_owner`` compares."""
     return {"fingerprint": spec.fingerprint, "backend": spec.backend, "features": list(spec.features),
-            "env": asdict(env)}
+            "ema_spans": list(spec.ema_spans), "env": env_settings(env)}
 
 
 def check_owner(saved: Any, spec: PolicySpec, env: EnvConfig) -> None:
     """UsageError unless a state's ``policy`` entry is this policy's: fingerprint, route, feature
-    columns and env settings."""
+    columns, EMA spans (none when the entry lacks them) and env settings."""
     if not isinstance(saved, dict) or not isinstance(saved.get("fingerprint"), str):
         raise UsageError("not a valid policy state (no 'policy' entry with a fingerprint)")
     if saved["fingerprint"] != spec.fingerprint:
@@ -188,12 +187,14 @@ def check_owner(saved: Any, spec: PolicySpec, env: EnvConfig) -> None:
     if list(saved.get("features", [])) != list(spec.features):
         raise UsageError(f"the state's feature columns {saved.get('features')} are not this policy's "
                          f"{list(spec.features)}")
-    saved_env = saved.get("env")
-    if saved_env != asdict(env):
-        ours = asdict(env)
-        diff = [k for k in ours if not isinstance(saved_env, dict) or saved_env.get(k) != ours[k]]
-        shown = ", ".join(f"{k} {saved_env.get(k) if isinstance(saved_env, dict) else None!r} (now {ours[k]!r})"
-                          for k in diff[:3])
+    if saved.get("ema_spans", []) != list(spec.ema_spans):
+        raise UsageError(f"the state's EMA spans {saved.get('ema_spans')} are not this policy's "
+                         f"{list(spec.ema_spans)} (--ema-spans); start a new state")
+    saved_env, ours = saved.get("env"), env_settings(env)
+    if saved_env != ours:
+        theirs = saved_env if isinstance(saved_env, dict) else {}
+        diff = [k for k in {**ours, **theirs} if theirs.get(k) != ours.get(k)]
+        shown = ", ".join(f"{k} {theirs.get(k)!r} (now {ours.get(k)!r})" for k in diff[:3])
         raise UsageError(f"the state was written with other settings: {shown}; pass the same --fee-bps/"
                          f"--slippage-bps, or start a new state")
 

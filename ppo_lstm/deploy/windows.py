@@ -1,10 +1,14 @@
-"""A stream's rolling inputs: the normalised returns of the last bars, and the feature normaliser.
+"""A stream's rolling inputs: the normalised returns of the last bars, the feature normaliser and the EMAs.
 
 ``ReturnWindow`` keeps the last ``W`` closes and the normalised returns of the last ``W``
 bars, computed by the env's ``envs.observation.normalised_returns`` (bit for bit the
 values of the whole file). ``FeatureWindow`` keeps the feature columns' raw rows of the
 last ``FEATURE_WINDOW`` bars and the last bar's z-scores, by ``envs.data.features.feature_zscores``
-(the rule of ``FeatureNormaliser``). Both are saved in and restored from the policy state.
+(the rule of ``FeatureNormaliser``). ``EmaWindow`` keeps the ``--ema-spans`` EMAs of the log
+close (``envs.ema_deviation.EmaLevels``, started at the stream's first open) and the last bar's
+deviations, with the RMS of ``envs.observation.rolling_rms`` on the last ``W + 1`` closes (bit for
+bit the values the historical market computes on the whole file). All three are saved in and
+restored from the policy state.
 """
 from __future__ import annotations
 
@@ -15,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from envs.data.features import FEATURE_CLIP, FEATURE_WINDOW, STD_FLOOR_ABS, STD_FLOOR_REL, feature_zscores
-from envs.observation import normalised_returns
+from envs.ema_deviation import EMA_CLIP, EmaLevels
+from envs.observation import normalised_returns, rolling_rms
 
 from ..errors import UsageError
 
@@ -148,3 +153,64 @@ class FeatureWindow:
         self.rows.extend(rows)
         if len(rows):
             self.z = feature_zscores(rows, FEATURE_WINDOW)[-1]
+
+
+class EmaWindow:
+    """The EMAs of a stream's log close, one per span (an ``EmaLevels`` of one series: levels [1, E]
+    float64; none before the first bar), and ``z`` [E] float32, the last bar's deviations (0 before
+    bar ``W``)."""
+
+    def __init__(self, spans: tuple[int, ...], window: int) -> None:
+        self.spans, self.W = tuple(spans), window
+        self.reset()
+
+    def reset(self) -> None:
+        self._levels: EmaLevels | None = None
+        self.z = np.zeros(len(self.spans), np.float32)
+
+    def push(self, open_: float, close: float, closes: list[float], bars: int) -> None:
+        """One bar (``bars``: bars consumed, this one included; ``closes``: the last ``W`` closes
+        before it): the EMAs start at the stream's first open and take every close, as
+        ``envs.ema_deviation.ema_deviations`` on a file from its first bar; from bar ``W`` on,
+        ``z`` by ``EmaLevels.z`` with the RMS ``rolling_rms`` gives that bar on the whole file."""
+        if not self.spans:
+            return
+        if self._levels is None:
+            self._levels = EmaLevels(self.spans, np.log(np.array([open_], dtype=np.float64)))
+        log_close = np.log(np.array([close], dtype=np.float64))
+        self._levels.push(log_close)
+        if bars > self.W:
+            rms = rolling_rms(np.array([*closes[-self.W:], close], dtype=np.float64), self.W)[-1:]
+            self.z = self._levels.z(log_close, rms)[0]
+
+    def state(self) -> dict[str, Any]:
+        """The spans, the clip and the levels [E] (None before the first bar) as JSON data (``z`` is
+        not kept: the next bar computes it anew)."""
+        levels = None if self._levels is None else self._levels.level[0].tolist()
+        return {"spans": list(self.spans), "clip": EMA_CLIP, "levels": levels}
+
+    def restore(self, saved: Any, bars: int) -> None:
+        """The entries of ``state()`` after ``bars`` bars; ValueError unless they fit these spans
+        (UsageError for another clip)."""
+        if not self.spans and saved is None:
+            return  # a state of a policy without spans may lack the entry
+        if not isinstance(saved, dict):
+            raise ValueError("no 'ema' entry: the policy reads the EMA deviations of --ema-spans "
+                             f"{','.join(map(str, self.spans))}, and the state holds no EMAs")
+        if saved.get("spans") != list(self.spans):
+            raise ValueError(f"its EMA spans {saved.get('spans')} are not the policy's {list(self.spans)}")
+        if not self.spans:
+            return
+        if saved.get("clip") != EMA_CLIP:
+            raise UsageError(f"the state's EMAs have another clip: {saved.get('clip')!r} (now {EMA_CLIP!r}); start "
+                             f"a new state")
+        levels = saved.get("levels")
+        if (levels is None) != (bars == 0):
+            raise ValueError(f"its EMA levels are {'missing' if levels is None else 'given'} after {bars} bars")
+        if levels is not None:
+            level = np.asarray(levels, dtype=np.float64).reshape(1, -1)
+            if level.shape != (1, len(self.spans)) or not np.isfinite(level).all():
+                raise ValueError(f"its EMA levels {levels} are not {len(self.spans)} finite numbers, one per "
+                                 f"span of {list(self.spans)}")
+            self._levels = EmaLevels(self.spans, level[:, 0])
+            self._levels.level = level

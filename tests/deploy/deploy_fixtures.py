@@ -1,21 +1,34 @@
-"""Shared by the deploy tests (test_policy, test_predict, test_onnx): a CSV of daily bars and a
-tiny model trained on it by the training CLI's main() (in this process: ``cli_in_process``); and
-the same with two feature columns."""
+"""Shared by the deploy tests (test_policy, test_predict, test_onnx, test_ema): a CSV of daily bars and a
+tiny model trained on it by the training CLI's main() (in this process: ``cli_in_process``); the
+same with two feature columns, and with EMA spans; feeding a policy bar by bar (``stream``) and the
+backtest's own observations (``backtest_observations``)."""
 from __future__ import annotations
 
 import fcntl
 import os
 from pathlib import Path
+from typing import Callable
+
+import dataclasses
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from conftest import TINY, cli_in_process
+from envs.config import EnvConfig
+from envs.core import TradingCore
+from envs.data import MarketData
+from ppo_lstm import TradingPolicy
+from ppo_lstm.algo.agent import RecurrentActorCritic
+from ppo_lstm.deploy.policy import Decision
+from ppo_lstm.evaluation.backtest import PolicyStepper
 
 BARS = 260
 FEATURES = "vol_z,Mom"  # as the training command names them: the file has Vol_Z and mom
 VOL_WARMUP = 30  # Vol_Z's leading NaN rows (mom has 10): every feature is defined from bar 30 on
+EMA_SPANS = (5, 40)  # the --ema-spans of ema_run (its window is TINY's 8)
 
 
 def write_prices(path: Path, bars: int = BARS, seed: int = 5) -> pd.DataFrame:
@@ -50,17 +63,30 @@ def featured_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory with prices.csv (``write_featured_prices``) and checkpoints/ of a tiny model
     trained on it with ``--features vol_z,Mom``, trained once per test session and shared by
     the pytest-xdist workers (under a file lock). Tests read it; they write elsewhere."""
+    return _shared_run(tmp_path_factory, "deploy-featured", write_featured_prices, "--features", FEATURES)
+
+
+def ema_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory with prices.csv (``write_prices``) and checkpoints/ of a tiny model trained on it
+    with ``--ema-spans 5,40`` (shared as ``featured_run``'s; read only)."""
+    return _shared_run(tmp_path_factory, "deploy-ema", write_prices, "--ema-spans", ",".join(map(str, EMA_SPANS)))
+
+
+def _shared_run(tmp_path_factory: pytest.TempPathFactory, name: str, write: Callable[[Path], pd.DataFrame],
+                *extra: str) -> Path:
+    """``name``: prices.csv written by ``write`` and a tiny model trained on it with ``extra``, once
+    per test session, shared by the pytest-xdist workers (under a file lock)."""
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent  # the session's directory, common to its workers
-    cwd = base / "deploy-featured"
-    with open(base / "deploy-featured.lock", "w") as lock:
+    cwd = base / name
+    with open(base / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (cwd / "trained").exists():
             cwd.mkdir(exist_ok=True)
-            write_featured_prices(cwd / "prices.csv")
+            write(cwd / "prices.csv")
             result = cli_in_process(cwd, *TINY, "--data", "prices.csv", "--episodes", "16", "--checkpoint-interval",
-                                    "8", "--features", FEATURES)
+                                    "8", *extra)
             assert result.returncode == 0, result.output
             (cwd / "trained").write_text("ok\n")
     return cwd
@@ -80,3 +106,37 @@ def write_head(source: Path, target: Path, rows: int) -> Path:
     lines = source.read_text().splitlines(keepends=True)
     target.write_text("".join(lines[: rows + 1]))
     return target
+
+
+def stream(policy: TradingPolicy, data: MarketData, start: str | None = None) -> list[Decision]:
+    """Every decision of ``policy`` fed ``data`` one bar at a time through the public ``update``."""
+    policy.reset()
+    policy.begin(start)
+    decisions = []
+    for i in range(len(data)):
+        decision = policy.update(data.timestamps[i], data.open[i], data.high[i], data.low[i], data.close[i],
+                                 data.volume[i])
+        if decision is not None:
+            decisions.append(decision)
+    return decisions
+
+
+def backtest_observations(agent: RecurrentActorCritic, env: EnvConfig, data: MarketData, lo: int,
+                          positions: np.ndarray) -> tuple[np.ndarray, torch.Tensor]:
+    """The observations [T+1, D] the backtest's core shows the agent (set up as backtest_history does)
+    when it trades ``positions`` [T], and the logits [T+1, A] of the backtest's PolicyStepper on them."""
+    steps = len(positions)
+    core = TradingCore(2, dataclasses.replace(env, episode_length=steps), data, span=(lo, len(data)),
+                       time_scale=env.episode_length)
+    core.rngs = [np.random.default_rng(0), np.random.default_rng(0)]
+    core.reset_rows(core.rows)
+    offset = 0 if env.no_short else env.max_position
+    stepper, observations, logits = PolicyStepper(agent, 1, "cpu"), [], []
+    with torch.inference_mode():
+        for t in range(steps + 1):
+            obs = core.observe()[:1]
+            observations.append(obs[0].copy())
+            logits.append(stepper(obs)[0])
+            if t < steps:
+                core.step(np.array([positions[t] + offset, env.num_actions - 1]))
+    return np.array(observations), torch.stack(logits)

@@ -13,15 +13,14 @@ import pandas as pd
 import pytest
 import torch
 
-from deploy_fixtures import VOL_WARMUP, featured_run, train_tiny
+from deploy_fixtures import VOL_WARMUP, backtest_observations, featured_run, stream, train_tiny
 from envs.config import EnvConfig
-from envs.core import TradingCore
 from envs.data import MarketData, date_span, load_ohlcv
 from envs.data.features import feature_zscores
 from envs.observation import normalised_returns
 from ppo_lstm import TradingPolicy
 from ppo_lstm.algo.agent import RecurrentActorCritic
-from ppo_lstm.evaluation.backtest import PolicyStepper, backtest_history
+from ppo_lstm.evaluation.backtest import backtest_history
 from ppo_lstm.errors import UsageError
 from ppo_lstm.evaluation.cli import load_policy
 from ppo_lstm.deploy.policy import Decision
@@ -33,40 +32,6 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cwd = tmp_path_factory.mktemp("policy")
     train_tiny(cwd, "--max-position", "2", "--fee-bps", "3", "--slippage-bps", "2")
     return cwd
-
-
-def stream(policy: TradingPolicy, data: MarketData, start: str | None = None) -> list[Decision]:
-    """Every decision of ``policy`` fed ``data`` one bar at a time through the public ``update``."""
-    policy.reset()
-    policy.begin(start)
-    decisions = []
-    for i in range(len(data)):
-        decision = policy.update(data.timestamps[i], data.open[i], data.high[i], data.low[i], data.close[i],
-                                 data.volume[i])
-        if decision is not None:
-            decisions.append(decision)
-    return decisions
-
-
-def backtest_observations(agent: RecurrentActorCritic, env: EnvConfig, data: MarketData, lo: int,
-                          positions: np.ndarray) -> tuple[np.ndarray, torch.Tensor]:
-    """The observations [T+1, D] the backtest's core shows the agent (set up as backtest_history does)
-    when it trades ``positions`` [T], and the logits [T+1, A] of the backtest's PolicyStepper on them."""
-    steps = len(positions)
-    core = TradingCore(2, dataclasses.replace(env, episode_length=steps), data, span=(lo, len(data)),
-                       time_scale=env.episode_length)
-    core.rngs = [np.random.default_rng(0), np.random.default_rng(0)]
-    core.reset_rows(core.rows)
-    offset = 0 if env.no_short else env.max_position
-    stepper, observations, logits = PolicyStepper(agent, 1, "cpu"), [], []
-    with torch.inference_mode():
-        for t in range(steps + 1):
-            obs = core.observe()[:1]
-            observations.append(obs[0].copy())
-            logits.append(stepper(obs)[0])
-            if t < steps:
-                core.step(np.array([positions[t] + offset, env.num_actions - 1]))
-    return np.array(observations), torch.stack(logits)
 
 
 @pytest.mark.parametrize("start", [None, "2021-03-01"])

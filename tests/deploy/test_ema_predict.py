@@ -1,0 +1,152 @@
+"""predict-ppo-lstm and the ONNX route for a model trained with --ema-spans: predict's decision after
+each head of a file is evaluate-ppo-lstm's position; a growing --state gives what a call from scratch
+gives; the ONNX metadata records the spans (an older model without the key reads as none) and the ONNX
+policy takes the checkpoint's decisions; states of other spans are one line and exit 2."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from deploy_fixtures import EMA_SPANS, ema_run, stream, write_head
+from envs.data import load_ohlcv
+from ppo_lstm import TradingPolicy
+from ppo_lstm.deploy import export_onnx, predict
+from ppo_lstm.evaluation import cli as evaluate
+
+W = 8  # TINY's window
+
+
+@pytest.fixture(scope="module")
+def ema(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shared run trained with --ema-spans 5,40 on prices.csv (read only)."""
+    return ema_run(tmp_path_factory)
+
+
+def call(capsys: pytest.CaptureFixture, *argv: object) -> tuple[int, str, str]:
+    """``predict.main(argv)`` in this process: exit code, stdout, stderr."""
+    try:
+        code = predict.main([str(a) for a in argv])
+    except SystemExit as stop:
+        code = int(stop.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def decide(capsys: pytest.CaptureFixture, *argv: object) -> dict:
+    code, out, err = call(capsys, *argv, "--json")
+    assert code == 0 and err == "", err
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("start", [None, "2021-03-01"])
+def test_ema_decisions_are_evaluates_positions(ema: Path, capsys: pytest.CaptureFixture, tmp_path: Path,
+                                               start: str | None) -> None:
+    since = ["--start", start] if start else []
+    assert evaluate.main(["--checkpoint", str(ema / "checkpoints"), "--data", str(ema / "prices.csv"), *since,
+                          "--equity-csv", str(tmp_path / "eq.csv")]) == 0
+    capsys.readouterr()
+    curve = pd.read_csv(tmp_path / "eq.csv")
+    prices = pd.read_csv(ema / "prices.csv")
+    first = W if start is None else prices.index[prices["Date"] == start][0]
+    assert curve["time"][0] == f"{prices['Date'][first]}T00:00:00"
+    for rows in (first + 1, first + 2, 97, 180, len(prices) - 1):
+        head = write_head(ema / "prices.csv", tmp_path / f"head{rows}.csv", rows)
+        got = decide(capsys, "--checkpoint", ema / "checkpoints", "--data", head, *since)
+        k = rows - 1 - first
+        assert got["time"] == curve["time"][k]
+        assert got["target_position"] == curve["position"][k + 1] and got["position"] == curve["position"][k]
+        assert got["equity"] == pytest.approx(curve["equity"][k], rel=1e-12)
+    assert len(set(curve["position"])) >= 2
+
+
+def test_ema_state_gives_exactly_what_a_call_from_scratch_gives(ema: Path, capsys: pytest.CaptureFixture,
+                                                                tmp_path: Path) -> None:
+    state, live = tmp_path / "state.json", tmp_path / "live.csv"
+    total = len(pd.read_csv(ema / "prices.csv"))
+    previous = 0
+    for rows in (W + 1, W + 2, W + 2, 90, total):
+        write_head(ema / "prices.csv", live, rows)
+        args = ("--checkpoint", ema / "checkpoints", "--data", live)
+        incremental = decide(capsys, *args, "--state", state)
+        scratch = decide(capsys, *args)
+        assert incremental.pop("new_bars") == rows - previous and scratch.pop("new_bars") == rows
+        assert incremental == scratch
+        previous = rows
+    saved = json.loads(state.read_text())
+    assert saved["ema"]["spans"] == list(EMA_SPANS) and len(saved["ema"]["levels"]) == 2
+    # a state whose EMAs are not the policy's: one line, exit 2
+    for change, match in (({"spans": [5]}, "not a valid policy state (its EMA spans [5] are not the policy's"),
+                          ({"clip": 4.0}, "the state's EMAs have another clip: 4.0 (now 5.0)")):
+        state.write_text(json.dumps({**saved, "ema": {**saved["ema"], **change}}))
+        code, out, err = call(capsys, "--checkpoint", ema / "checkpoints", "--data", live, "--state", state)
+        lines = err.splitlines()
+        assert code == 2 and out == "" and len(lines) == 1 and match in lines[0], err
+
+
+# ----------------------------------------------------------------------------- the ONNX route
+
+
+@pytest.fixture(scope="module")
+def exported(ema: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The shared run's model exported here, and what the export printed."""
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    model = tmp_path_factory.mktemp("onnx-ema") / "policy.onnx"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert export_onnx.main(["--checkpoint", str(ema / "checkpoints"), "--onnx", str(model)]) == 0
+    return model, printed.getvalue()
+
+
+def test_ema_metadata_records_the_spans(exported: tuple[Path, str]) -> None:
+    import onnx
+
+    from ppo_lstm.deploy.onnx_model import spec_of
+
+    model, printed = exported
+    assert "observation 13 (window 8, EMA spans 5,40)" in printed
+    meta = {p.key: p.value for p in onnx.load(model).metadata_props}
+    assert json.loads(meta["ema_spans"]) == [5, 40] and json.loads(meta["env"])["ema_spans"] == "5,40"
+    assert (meta["obs_dim"], meta["ema_clip"], json.loads(meta["features"])) == ("13", "5.0", [])
+    assert "[W+3+F+k] (F = len(features)) the log close's deviation from its EMA of span ema_spans[k]" in \
+        meta["observation"]
+    assert spec_of(meta, "m").ema_spans == (5, 40)
+    without = {k: v for k, v in meta.items() if k != "ema_spans"}
+    for broken, match in (({**meta, "ema_spans": "[5]"}, r"its ema_spans \[5\] are not its env's \[5, 40\]"),
+                          ({**meta, "ema_clip": "3.0"}, r"observation constants \(ema_clip\)"),
+                          (without, r"its ema_spans \[\] are not its env's \[5, 40\]")):
+        with pytest.raises(ValueError, match=match):
+            spec_of(broken, "m")
+    # a model written before the key existed: no ema_spans, and no spans in its env
+    env = {k: v for k, v in json.loads(meta["env"]).items() if k != "ema_spans"}
+    older = {k: v for k, v in without.items() if k != "ema_clip"}
+    assert spec_of({**older, "env": json.dumps(env)}, "m").ema_spans == ()
+
+
+def test_ema_onnx_policy_takes_the_checkpoints_decisions(ema: Path, exported: tuple[Path, str],
+                                                         capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    model, _ = exported
+    data = load_ohlcv(ema / "prices.csv")
+    torch_route = stream(TradingPolicy.load(ema / "checkpoints"), data)
+    onnx_policy = TradingPolicy.from_onnx(model)
+    assert onnx_policy.spec.ema_spans == EMA_SPANS
+    onnx_route = stream(onnx_policy, data)
+    assert len(onnx_route) == len(torch_route) == len(data) - W
+    targets = np.array([d.target_position for d in onnx_route])
+    assert np.array_equal(targets, [d.target_position for d in torch_route]) and len(set(targets.tolist())) >= 2
+    np.testing.assert_allclose([d.logits for d in onnx_route], [d.logits for d in torch_route], rtol=0, atol=1e-5)
+    assert np.array_equal([d.observation for d in onnx_route], [d.observation for d in torch_route])
+    live, state = tmp_path / "live.csv", tmp_path / "state.json"
+    for rows in (40, 41, len(data)):
+        write_head(ema / "prices.csv", live, rows)
+        incremental = decide(capsys, "--model", model, "--data", live, "--state", state)
+        scratch = decide(capsys, "--model", model, "--data", live)
+        incremental.pop("new_bars"), scratch.pop("new_bars")
+        assert incremental == scratch and scratch["target_position"] == onnx_route[rows - 1 - W].target_position
+    assert scratch["logits"] == list(onnx_route[-1].logits)
