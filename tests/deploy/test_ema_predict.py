@@ -10,14 +10,13 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from deploy_fixtures import EMA_SPANS, ema_run, stream, write_head
 from envs.data import load_ohlcv
 from ppo_lstm import TradingPolicy
-from ppo_lstm.deploy import export_onnx, predict
-from ppo_lstm.evaluation import cli as evaluate
+from ppo_lstm.deploy import export_onnx
+from predict_checks import call, check_decisions_follow_evaluate, check_state_matches_scratch, decide
 
 W = 8  # TINY's window
 
@@ -28,57 +27,16 @@ def ema(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return ema_run(tmp_path_factory)
 
 
-def call(capsys: pytest.CaptureFixture, *argv: object) -> tuple[int, str, str]:
-    """``predict.main(argv)`` in this process: exit code, stdout, stderr."""
-    try:
-        code = predict.main([str(a) for a in argv])
-    except SystemExit as stop:
-        code = int(stop.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def decide(capsys: pytest.CaptureFixture, *argv: object) -> dict:
-    code, out, err = call(capsys, *argv, "--json")
-    assert code == 0 and err == "", err
-    return json.loads(out)
-
-
 @pytest.mark.parametrize("start", [None, "2021-03-01"])
 def test_ema_decisions_are_evaluates_positions(ema: Path, capsys: pytest.CaptureFixture, tmp_path: Path,
                                                start: str | None) -> None:
-    since = ["--start", start] if start else []
-    assert evaluate.main(["--checkpoint", str(ema / "checkpoints"), "--data", str(ema / "prices.csv"), *since,
-                          "--equity-csv", str(tmp_path / "eq.csv")]) == 0
-    capsys.readouterr()
-    curve = pd.read_csv(tmp_path / "eq.csv")
-    prices = pd.read_csv(ema / "prices.csv")
-    first = W if start is None else prices.index[prices["Date"] == start][0]
-    assert curve["time"][0] == f"{prices['Date'][first]}T00:00:00"
-    for rows in (first + 1, first + 2, 97, 180, len(prices) - 1):
-        head = write_head(ema / "prices.csv", tmp_path / f"head{rows}.csv", rows)
-        got = decide(capsys, "--checkpoint", ema / "checkpoints", "--data", head, *since)
-        k = rows - 1 - first
-        assert got["time"] == curve["time"][k]
-        assert got["target_position"] == curve["position"][k + 1] and got["position"] == curve["position"][k]
-        assert got["equity"] == pytest.approx(curve["equity"][k], rel=1e-12)
-    assert len(set(curve["position"])) >= 2
+    check_decisions_follow_evaluate(ema, capsys, tmp_path, start, first_bar=W)
 
 
 def test_ema_state_gives_exactly_what_a_call_from_scratch_gives(ema: Path, capsys: pytest.CaptureFixture,
                                                                 tmp_path: Path) -> None:
+    saved = check_state_matches_scratch(ema, capsys, tmp_path, (W + 1, W + 2, W + 2, 90))
     state, live = tmp_path / "state.json", tmp_path / "live.csv"
-    total = len(pd.read_csv(ema / "prices.csv"))
-    previous = 0
-    for rows in (W + 1, W + 2, W + 2, 90, total):
-        write_head(ema / "prices.csv", live, rows)
-        args = ("--checkpoint", ema / "checkpoints", "--data", live)
-        incremental = decide(capsys, *args, "--state", state)
-        scratch = decide(capsys, *args)
-        assert incremental.pop("new_bars") == rows - previous and scratch.pop("new_bars") == rows
-        assert incremental == scratch
-        previous = rows
-    saved = json.loads(state.read_text())
     assert saved["ema"]["spans"] == list(EMA_SPANS) and len(saved["ema"]["levels"]) == 2
     # a state whose EMAs are not the policy's: one line, exit 2
     for change, match in (({"spans": [5]}, "not a valid policy state (its EMA spans [5] are not the policy's"),

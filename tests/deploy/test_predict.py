@@ -21,6 +21,7 @@ from envs.data import load_ohlcv
 from ppo_lstm import TradingPolicy
 from ppo_lstm.evaluation import cli as evaluate
 from ppo_lstm.deploy import predict
+from predict_checks import call, check_decisions_follow_evaluate, check_state_matches_scratch, decide
 
 START = "2021-02-01"
 
@@ -35,24 +36,6 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     state["model"]["value_head.bias"] += 1.0
     torch.save(state, cwd / "other.pt")
     return cwd
-
-
-def call(capsys: pytest.CaptureFixture, *argv: object) -> tuple[int, str, str]:
-    """``predict.main(argv)`` in this process: exit code, stdout, stderr."""
-    try:
-        code = predict.main([str(a) for a in argv])
-    except SystemExit as stop:  # argparse's own errors
-        code = int(stop.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def decide(capsys: pytest.CaptureFixture, *argv: object) -> dict:
-    code, out, err = call(capsys, *argv, "--json")
-    assert code == 0 and err == "", err
-    lines = out.splitlines()
-    assert len(lines) == 1
-    return json.loads(lines[0])
 
 
 def test_decisions_are_evaluates_positions(run: Path, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
@@ -257,38 +240,12 @@ def test_featured_decisions_are_evaluates_positions(featured: Path, capsys: pyte
                                                     start: str | None) -> None:
     """On a file whose Vol_Z column starts with 30 NaN rows: evaluate-ppo-lstm's positions, from bar 30
     (no --start) or from --start's bar."""
-    since = ["--start", start] if start else []
-    assert evaluate.main(["--checkpoint", str(featured / "checkpoints"), "--data", str(featured / "prices.csv"),
-                          *since, "--equity-csv", str(tmp_path / "eq.csv")]) == 0
-    capsys.readouterr()
-    curve = pd.read_csv(tmp_path / "eq.csv")
-    prices = pd.read_csv(featured / "prices.csv")
-    first = VOL_WARMUP if start is None else prices.index[prices["Date"] == start][0]
-    assert curve["time"][0] == f"{prices['Date'][first]}T00:00:00"  # the first decision bar
-    for rows in (first + 1, first + 2, 97, 180, len(prices) - 1):
-        head = write_head(featured / "prices.csv", tmp_path / f"head{rows}.csv", rows)
-        got = decide(capsys, "--checkpoint", featured / "checkpoints", "--data", head, *since)
-        k = rows - 1 - first
-        assert got["time"] == curve["time"][k] == f"{prices['Date'][rows - 1]}T00:00:00"
-        assert got["target_position"] == curve["position"][k + 1] and got["position"] == curve["position"][k]
-        assert got["equity"] == pytest.approx(curve["equity"][k], rel=1e-12)
-    assert len(set(curve["position"])) >= 2
+    check_decisions_follow_evaluate(featured, capsys, tmp_path, start, first_bar=VOL_WARMUP)
 
 
 def test_featured_state_gives_exactly_what_a_call_from_scratch_gives(featured: Path, capsys: pytest.CaptureFixture,
                                                                      tmp_path: Path) -> None:
-    state, live = tmp_path / "state.json", tmp_path / "live.csv"
-    total = len(pd.read_csv(featured / "prices.csv"))
-    previous = 0
-    for rows in (VOL_WARMUP + 1, VOL_WARMUP + 2, VOL_WARMUP + 2, 90, total):
-        write_head(featured / "prices.csv", live, rows)
-        args = ("--checkpoint", featured / "checkpoints", "--data", live)
-        incremental = decide(capsys, *args, "--state", state)
-        scratch = decide(capsys, *args)
-        assert incremental.pop("new_bars") == rows - previous and scratch.pop("new_bars") == rows
-        assert incremental == scratch
-        previous = rows
-    saved = json.loads(state.read_text())
+    saved = check_state_matches_scratch(featured, capsys, tmp_path, (VOL_WARMUP + 1, VOL_WARMUP + 2, VOL_WARMUP + 2, 90))
     assert saved["features"]["names"] == ["vol_z", "Mom"] and len(saved["features"]["rows"]) == 256
 
 
