@@ -81,9 +81,26 @@ def summary_dict(settings: dict[str, Any], folds: Sequence[Any], calendar: np.nd
         "folds": [{"fold": f.k, "train_start": _iso(calendar[f.train_lo]), "train_end": _iso(calendar[f.train_hi - 1]),
                    "test_start": _iso(calendar[f.test_lo]), "test_end": _iso(calendar[f.test_hi - 1])} for f in folds],
         "seed_sharpe_spread": {"min": min(known) if known else None, "max": max(known) if known else None,
-                               "std": float(np.std(known, ddof=1)) if len(known) > 1 else None},
+                               "std": float(np.std(known, ddof=1)) if len(known) > 1 else None,
+                               "seeds": len(seeds), "with_sharpe": len(known)},
         "figures": table, **(sections or {}),
     }
+
+
+def spread_line(spread: dict[str, Any]) -> str:
+    """The report's line on the seeds' Sharpe ratios; a seed whose stitched returns are constant (one
+    that stayed flat) has none, and the line then says how many have one."""
+    seeds, known = spread.get("seeds"), spread.get("with_sharpe")
+    if seeds is None or known == seeds:  # every seed has one (summaries written before the counts: as they were)
+        return (f"Spread of the seeds' Sharpe ratios: {_num(spread['min'])} to {_num(spread['max'])} "
+                f"(std {_num(spread['std'])}).")
+    flat = f"{seeds - known} of {seeds} seeds have constant returns (flat) and no Sharpe ratio"
+    if known == 0:
+        return f"Spread of the seeds' Sharpe ratios: none; all {seeds} seeds have constant returns (flat)."
+    if known == 1:
+        return f"Sharpe ratio of the one seed whose returns vary: {_num(spread['min'])} ({flat})."
+    return (f"Spread of the Sharpe ratios of the {known} seeds whose returns vary: {_num(spread['min'])} to "
+            f"{_num(spread['max'])} (std {_num(spread['std'])}; {flat}).")
 
 
 def _pct(value: Optional[float], signed: bool = True) -> str:
@@ -167,9 +184,7 @@ def report_markdown(summary: dict[str, Any], command: str, sections: Sequence[st
         o = values["overall"]
         lines.append(f"| {_label(column)} | {_pct(o['total_return'])} | {_pct(o['annual_return'])} | "
                      f"{_num(o['sharpe'])} | {_pct(o['max_drawdown'], signed=False)} |")
-    spread = summary["seed_sharpe_spread"]
-    lines += ["", f"Spread of the seeds' Sharpe ratios: {_num(spread['min'])} to {_num(spread['max'])} "
-                  f"(std {_num(spread['std'])}).", "", "## Per fold (annual return / Sharpe)", ""]
+    lines += ["", spread_line(summary["seed_sharpe_spread"]), "", "## Per fold (annual return / Sharpe)", ""]
     columns = list(table)
     lines += ["| fold | test bars from | to | " + " | ".join(_label(c) for c in columns) + " |",
               "|---|---|---|" + "---|" * len(columns)]

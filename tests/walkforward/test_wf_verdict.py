@@ -86,3 +86,19 @@ def test_each_instrument_gets_its_own_alpha_in_the_report():
     lines = instrument_lines(alphas)
     assert lines[1].startswith("## Alpha per instrument") and any(line.startswith("| b.csv |") for line in lines)
     assert instrument_lines({"a.csv": alphas["a.csv"]}) == []  # one instrument: the verdict's own alpha says it
+
+
+def test_the_seeds_sharpe_line_says_how_many_seeds_have_one():
+    from ppo_lstm.walkforward.report import spread_line
+
+    every = {"min": -0.43, "max": -0.3, "std": 0.092, "seeds": 3, "with_sharpe": 3}
+    assert spread_line(every) == "Spread of the seeds' Sharpe ratios: -0.43 to -0.30 (std 0.09)."
+    older = {"min": 0.04, "max": 0.71, "std": 0.38}  # a summary.json written before the counts
+    assert spread_line(older) == "Spread of the seeds' Sharpe ratios: 0.04 to 0.71 (std 0.38)."
+    one = {"min": -0.26, "max": -0.26, "std": None, "seeds": 2, "with_sharpe": 1}
+    assert spread_line(one) == ("Sharpe ratio of the one seed whose returns vary: -0.26 (1 of 2 seeds have "
+                                "constant returns (flat) and no Sharpe ratio).")
+    two = {"min": 0.1, "max": 0.5, "std": 0.28, "seeds": 3, "with_sharpe": 2}
+    assert spread_line(two).startswith("Spread of the Sharpe ratios of the 2 seeds whose returns vary: 0.10 to 0.50")
+    none = {"min": None, "max": None, "std": None, "seeds": 2, "with_sharpe": 0}
+    assert spread_line(none) == "Spread of the seeds' Sharpe ratios: none; all 2 seeds have constant returns (flat)."
