@@ -11,7 +11,7 @@ import torch
 
 from ..algo.episodes import EpisodeTotals
 from ..algo.ppo import UpdateStats
-from ..config import TrainConfig, describe_batch
+from ..config import TrainConfig, describe_batch, steps_per_env
 from ..distributed import episode_share
 from ..rundir.checkpoint import BEST_NAME
 from .holdout import Holdout, HoldoutResult, holdout_columns
@@ -25,6 +25,8 @@ def startup_lines(config: TrainConfig, world_size: int, rank: int, state: RunSta
     c, s = config, state
     shares = sorted({episode_share(c.episodes, r, world_size) for r in range(world_size)}, reverse=True)
     lines = [f"{describe_batch(c, world_size)}; episodes per worker: {' / '.join(map(str, shares))}"]
+    if resumed_from is None and (rounding := episode_rounding_line(c, world_size)):
+        lines.append(rounding)
     if resumed_from is not None:
         lines.append(f"Resumed from {resumed_from} at episode {s.global_episodes}/{c.episodes} "
                      f"(update {s.update}); {max(0, c.episodes - s.global_episodes)} episodes left")
@@ -42,6 +44,21 @@ def startup_lines(config: TrainConfig, world_size: int, rank: int, state: RunSta
         lines.append("Hold-out: none (--holdout 0 or --holdout-episodes 0); best.pt is the checkpoint whose "
                      "period had the best mean training return")
     return lines + notes
+
+
+def episode_rounding_line(config: TrainConfig, world_size: int) -> Optional[str]:
+    """A line when the envs' episodes, which start together and have one length, so end together,
+    make a fresh run train far more episodes than ``--episodes`` (over a quarter more); else None."""
+    c, n = config, config.num_envs
+    most = max(episode_share(c.episodes, r, world_size) for r in range(world_size))
+    rounds = math.ceil(most / n)  # each worker runs this many rounds of n episodes
+    run = rounds * n * world_size
+    if 4 * run <= 5 * c.episodes:
+        return None
+    updates = math.ceil(rounds * c.env.episode_length / steps_per_env(c, world_size))
+    return (f"Episodes: the {n * world_size} envs end their episodes together, so --episodes {c.episodes} trains "
+            f"{run} episodes ({updates} updates) and counts the first {c.episodes} in the log; give a multiple "
+            f"of {n * world_size} episodes or fewer --num-envs to train about what you ask for")
 
 
 def metrics_row(state: RunState, stats: UpdateStats, skipped: bool, optimizer: torch.optim.Optimizer,

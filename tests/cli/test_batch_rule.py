@@ -68,6 +68,19 @@ def test_the_start_up_line_says_what_was_picked_and_why():
         "x sqrt(256/128) = x1.41)")
 
 
+def test_a_run_that_trains_far_more_episodes_than_asked_says_so():
+    from ppo_lstm.train.messages import episode_rounding_line
+
+    line = episode_rounding_line(TrainConfig(num_envs=512, episodes=100), 1)
+    assert line == ("Episodes: the 512 envs end their episodes together, so --episodes 100 trains 512 episodes "
+                    "(8 updates) and counts the first 100 in the log; give a multiple of 512 episodes or fewer "
+                    "--num-envs to train about what you ask for")
+    assert "trains 1024 episodes (8 updates)" in episode_rounding_line(TrainConfig(num_envs=512, episodes=600), 2)
+    # within a quarter of what was asked: no line (the README's 800 episodes at 64 envs run 832)
+    assert episode_rounding_line(TrainConfig(num_envs=64, episodes=800), 1) is None
+    assert episode_rounding_line(TrainConfig(num_envs=64, episodes=1024), 1) is None
+
+
 def test_rates_left_to_the_rule_are_saved_as_such_and_come_back_equal():
     config = config_from_args(["--num-envs", "32"])
     assert config.learning_rate_actor is None and config.update_interval is None
