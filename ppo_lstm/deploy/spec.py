@@ -63,11 +63,11 @@ class PolicySpec:
 
 
 def env_settings(env: EnvConfig) -> dict[str, Any]:
-    """``asdict(env)`` less ``ema_spans`` when it is unset (None): the settings a fingerprint and a
-    state's ``policy`` entry record, so those of a policy without spans are the ones recorded
-    before the setting existed."""
+    """``asdict(env)`` less ``ema_spans`` when it gives no spans (None or ""): the settings a
+    fingerprint and a state's ``policy`` entry record, so those of a policy without spans are the
+    ones recorded before the setting existed."""
     settings = asdict(env)
-    if settings.get("ema_spans") is None:
+    if not env.spans:
         settings.pop("ema_spans", None)
     return settings
 

@@ -136,3 +136,19 @@ def test_a_wall_time_objective_gives_every_trial_the_same_time_limit(tmp_path: P
     assert "each seed trained for at most 2s of wall time (--time-limit)" in result.stdout
     code, _, err = run_main("--out", str(tmp_path / "study"), *budget[:-1], "5s")  # another budget: refused
     assert code == 2 and 'created with time_limit = "2s", this command gives "5s"' in err
+
+
+def test_a_space_can_decide_on_ema_spans(tmp_path: Path) -> None:
+    """``ema-spans: {choice: ["", "5"]}`` in a space file: each trial trains, and saves, the
+    observation its sampled value gives (no spans, or one EMA entry more)."""
+    import torch
+
+    space = write_space(tmp_path / "space.yaml", 'ema-spans: {choice: ["", "5"]}\n')
+    result = start_tune(tmp_path, "--out", "study", "--space", space, "--trials", "3").wait(300)
+    assert result.returncode == 0, result.output
+    trials = trials_of(f"sqlite:///{tmp_path / 'study' / 'study.db'}", "study")
+    assert_exactly(trials, 3)
+    for t in trials:
+        state = torch.load(tmp_path / "study" / f"trial-{t.number:04d}" / "best.pt", weights_only=False)
+        assert (state["config"]["env"]["ema_spans"] or "") == t.params["ema-spans"]
+        assert state["model"]["encoder.0.weight"].shape[1] == 8 + 3 + (1 if t.params["ema-spans"] else 0)
