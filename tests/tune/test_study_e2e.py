@@ -144,10 +144,10 @@ def test_a_space_can_decide_on_ema_spans(tmp_path: Path) -> None:
     import torch
 
     space = write_space(tmp_path / "space.yaml", 'ema-spans: {choice: ["", "5"]}\n')
-    result = start_tune(tmp_path, "--out", "study", "--space", space, "--trials", "3").wait(300)
+    result = start_tune(tmp_path, "--out", "study", "--space", space, "--trials", "2").wait(300)
     assert result.returncode == 0, result.output
     trials = trials_of(f"sqlite:///{tmp_path / 'study' / 'study.db'}", "study")
-    assert_exactly(trials, 3)
+    assert_exactly(trials, 2)
     for t in trials:
         state = torch.load(tmp_path / "study" / f"trial-{t.number:04d}" / "best.pt", weights_only=False)
         assert (state["config"]["env"]["ema_spans"] or "") == t.params["ema-spans"]
