@@ -84,10 +84,16 @@ class EmaLevels:
     def z(self, log_close: np.ndarray, rms: np.ndarray) -> np.ndarray:
         """z [m, E] float32 of the current levels, for the bar with log closes [m] and window RMS [m]."""
         x = np.asarray(log_close, dtype=np.float64).reshape(-1, 1)
-        d = (x - self.level) * self.scale
-        d /= np.asarray(rms, dtype=np.float64).reshape(-1, 1)
-        np.clip(d, -EMA_CLIP, EMA_CLIP, out=d)
-        return d.astype(np.float32)
+        return _z(x, self.level, self.scale, np.asarray(rms, dtype=np.float64).reshape(-1, 1))
+
+
+def _z(log_close: np.ndarray, level: np.ndarray, scale: np.ndarray, rms: np.ndarray) -> np.ndarray:
+    """The rule's z (float32) from log closes and RMS ``[..., 1]`` and levels ``[..., E]``: the one
+    elementwise arithmetic of a bar and of a whole file, so both give the same bits."""
+    d = (log_close - level) * scale
+    d /= rms
+    np.clip(d, -EMA_CLIP, EMA_CLIP, out=d)
+    return d.astype(np.float32)
 
 
 def ema_deviations(first_open: np.ndarray, close: np.ndarray, rms: np.ndarray, window: int,
@@ -120,8 +126,6 @@ def ema_deviations(first_open: np.ndarray, close: np.ndarray, rms: np.ndarray, w
             level[b] = levels.push(logc[b])
     out = np.zeros((steps, m, len(spans)), np.float32)
     if steps > window:
-        d = (logc[window:, :, None] - level[window:]) * scale
-        d /= np.asarray(rms, dtype=np.float64)[window:, :, None]
-        np.clip(d, -EMA_CLIP, EMA_CLIP, out=d)
-        out[window:] = d
+        out[window:] = _z(logc[window:, :, None], level[window:], scale,
+                          np.asarray(rms, dtype=np.float64)[window:, :, None])
     return out

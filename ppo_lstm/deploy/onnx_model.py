@@ -127,7 +127,7 @@ def spec_of(meta: dict[str, str], source: str) -> PolicySpec:
     if other:
         raise ValueError(f"its observation constants ({', '.join(other)}) are not this version's")
     return PolicySpec(env=env, lstm_size=int(meta["lstm_size"]), fingerprint=meta["fingerprint"], backend="onnx",
-                      source=source, features=features, ema_spans=env.spans)
+                      source=source, features=features)
 
 
 class OnnxStep:

@@ -202,7 +202,7 @@ class TradingPolicy(StreamReadouts):
                    fingerprint: str = "") -> "TradingPolicy":
         """An agent in memory with its training env settings."""
         spec = PolicySpec(env=env, lstm_size=agent.lstm_size, fingerprint=fingerprint, source="agent",
-                          features=env.feature_names, ema_spans=env.spans)
+                          features=env.feature_names)
         return cls(spec, TorchStep(agent, device))
 
     # ------------------------------------------------------------------ the stream

@@ -33,8 +33,7 @@ class PolicySpec:
     ``episode_length`` is the time feature's scale); ``fingerprint``: SHA-256 of the
     checkpoint's weights and settings (``checkpoint_fingerprint``); ``backend``:
     ``"checkpoint"`` or ``"onnx"``; ``features``: the data's feature columns the
-    observation uses (``env.feature_names``: the training ``--features``, in order);
-    ``ema_spans``: the spans of its EMA deviations (``env.spans``: the training ``--ema-spans``).
+    observation uses (``env.feature_names``: the training ``--features``, in order).
     """
 
     env: EnvConfig
@@ -43,7 +42,11 @@ class PolicySpec:
     backend: str = "checkpoint"
     source: str = ""
     features: tuple[str, ...] = ()
-    ema_spans: tuple[int, ...] = ()
+
+    @property
+    def ema_spans(self) -> tuple[int, ...]:
+        """The spans of its EMA deviations: its env's (the training ``--ema-spans``)."""
+        return self.env.spans
 
     @property
     def positions(self) -> tuple[int, ...]:
@@ -110,5 +113,5 @@ def checkpoint_step(checkpoint: str | os.PathLike, device: torch.device | str = 
     agent, config = load_policy(path, device)
     spec = PolicySpec(env=config.env, lstm_size=config.lstm_size,
                       fingerprint=checkpoint_fingerprint(agent, config), backend="checkpoint", source=str(path),
-                      features=config.env.feature_names, ema_spans=config.env.spans)
+                      features=config.env.feature_names)
     return spec, TorchStep(agent, device)

@@ -146,7 +146,7 @@ def test_ema_states_and_settings_that_do_not_fit_are_refused(ema: Path) -> None:
         source.warm_up(head(data, 30))
         with pytest.raises(UsageError, match=r"the state's EMA spans \[(5)?\] are not this policy's \[5, 40\]"):
             untrained(env).load_state_dict(source.state_dict())
-    spec = PolicySpec(env=env, lstm_size=8, fingerprint="x", source="m.pt", ema_spans=(5, 40))
+    spec = PolicySpec(env=env, lstm_size=8, fingerprint="x", source="m.pt")
     with pytest.raises(UsageError, match=r"m.pt: the policy's EMA spans \[5, 40\] are not its env's \[40, 5\]"):
         TradingPolicy(spec, TorchStep(RecurrentActorCritic(env.obs_dim, env.num_actions, 8, 8)),
                       dataclasses.replace(env, ema_spans="40,5"))
