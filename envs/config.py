@@ -10,10 +10,11 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from envs.data.features import parse_feature_names
+from envs.data.features import FEATURE_WINDOW, parse_feature_names
 from envs.ema_deviation import parse_ema_spans
 
 MARKETS: tuple[str, ...] = ("gbm", "ou", "regime", "jump", "garch", "mixed")
+MIN_FEATURE_WINDOW, MAX_FEATURE_WINDOW = 2, 65_536  # a z-score needs 2 values; the rolling sums cost window x bars
 
 
 @dataclass
@@ -39,6 +40,12 @@ class EnvConfig:
         default=None,
         metadata={"help": "COL[,COL...]: numeric columns of --data (any case) added to the observation, each as a "
                           "causal rolling z-score, clipped (docs/data.md); leading NaN rows (a warm-up) are allowed"},
+    )
+
+    feature_window: int = field(
+        default=FEATURE_WINDOW,
+        metadata={"help": "bars of each --features column's rolling mean and std (its z-score); longer keeps more "
+                          "of a slow column's level, shorter adapts sooner to a change in its scale (docs/data.md)"},
     )
 
     ema_spans: Optional[str] = field(
@@ -85,6 +92,9 @@ class EnvConfig:
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
         parse_feature_names(self.features)
+        if not MIN_FEATURE_WINDOW <= self.feature_window <= MAX_FEATURE_WINDOW:
+            raise ValueError(f"--feature-window must be {MIN_FEATURE_WINDOW} to {MAX_FEATURE_WINDOW} bars, "
+                             f"got {self.feature_window}")
         parse_ema_spans(self.ema_spans)
 
 

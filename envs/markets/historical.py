@@ -80,7 +80,7 @@ class HistoricalMarket(Market):
             if F:
                 fz = np.zeros((len(c), F), np.float32)
                 if names:
-                    fz[:hi, :len(names)] = feature_zscores(one.features[:hi])
+                    fz[:hi, :len(names)] = feature_zscores(one.features[:hi], config.feature_window)
                 if ema_spans:
                     rms = rolling_rms(c[:hi], self.W)[:, None]
                     fz[:hi, len(names):] = ema_deviations(o[:1], c[:hi, None], rms, self.W, ema_spans)[:, 0]

@@ -15,8 +15,8 @@ uses, in order: the training ``--features``, ``[]`` without), ``ema_spans`` (JSO
 the spans of the EMA deviations that follow them: the training ``--ema-spans``, ``[]``
 without; a model written before the key existed reads as ``[]``), the observation layout
 and its constants (``return_clip``, ``rms_floor``, ``upnl_scale``, ``upnl_clip``,
-``time_scale``, the feature columns' normalisation: ``feature_window``,
-``feature_clip``, ``feature_std_floor_rel``, ``feature_std_floor_abs``, and the EMA
+``time_scale``, the feature columns' normalisation: ``feature_window`` (the training
+``--feature-window``), ``feature_clip``, ``feature_std_floor_rel``, ``feature_std_floor_abs``, and the EMA
 deviations' ``ema_clip``), the sizes, and the checkpoint's ``fingerprint``. The layout
 is ``envs.observation``'s; ``OnnxStep`` refuses a model whose constants are not this
 version's (the feature constants are checked only for a model that reads features, the
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from envs.config import EnvConfig
-from envs.data.features import FEATURE_CLIP, FEATURE_WINDOW, STD_FLOOR_ABS, STD_FLOOR_REL
+from envs.data.features import FEATURE_CLIP, STD_FLOOR_ABS, STD_FLOOR_REL
 from envs.ema_deviation import EMA_CLIP
 from envs.observation import RMS_FLOOR, RETURN_CLIP, UPNL_CLIP, UPNL_SCALE
 
@@ -79,9 +79,10 @@ def ema_constants() -> dict[str, str]:
     return {"ema_clip": repr(EMA_CLIP)}
 
 
-def feature_constants() -> dict[str, str]:
-    """The feature columns' normalisation constants (``envs.data.features``), as this version applies them."""
-    return {"feature_window": str(FEATURE_WINDOW), "feature_clip": repr(FEATURE_CLIP),
+def feature_constants(window: int) -> dict[str, str]:
+    """The feature columns' normalisation constants (``envs.data.features``), as this version applies them
+    with a ``--feature-window`` of ``window`` bars."""
+    return {"feature_window": str(window), "feature_clip": repr(FEATURE_CLIP),
             "feature_std_floor_rel": repr(STD_FLOOR_REL), "feature_std_floor_abs": repr(STD_FLOOR_ABS)}
 
 
@@ -98,7 +99,8 @@ def metadata(env: EnvConfig, hidden_size: int, lstm_size: int, fingerprint: str,
         "features": json.dumps(list(env.feature_names)), "ema_spans": json.dumps(list(env.spans)),
         "observation": OBSERVATION_LAYOUT,
         "obs_dim": str(env.obs_dim), "num_actions": str(env.num_actions), "hidden_size": str(hidden_size),
-        "lstm_size": str(lstm_size), **constants(), "time_scale": str(env.episode_length), **feature_constants(),
+        "lstm_size": str(lstm_size), **constants(), "time_scale": str(env.episode_length),
+        **feature_constants(env.feature_window),
         **ema_constants(),
         "inputs": "observation [B, obs_dim] float32; h [B, lstm_size] float32; c [B, lstm_size] float32 "
                   "(zeros at the first decision, then the previous h_next, c_next)",
@@ -122,7 +124,8 @@ def spec_of(meta: dict[str, str], source: str) -> PolicySpec:
     spans = tuple(json.loads(meta.get("ema_spans", "[]")))
     if spans != env.spans:
         raise ValueError(f"its ema_spans {list(spans)} are not its env's {list(env.spans)}")
-    ours = {**constants(), **(feature_constants() if features else {}), **(ema_constants() if spans else {})}
+    ours = {**constants(), **(feature_constants(env.feature_window) if features else {}),
+            **(ema_constants() if spans else {})}
     other = [k for k in ours if meta.get(k) != ours[k]]
     if other:
         raise ValueError(f"its observation constants ({', '.join(other)}) are not this version's")

@@ -38,7 +38,7 @@ feature is defined (a column's leading NaN rows are its warm-up), as in
 The observations come from the env's own code: ``envs.observation.normalised_returns``
 on the last ``window + 1`` closes (the same value, bit for bit, as on the whole file:
 ``tests/deploy/test_policy.py``), the env's ``Observer`` and ``Ledger``, and the feature columns'
-rolling z-scores by ``envs.data.features.feature_zscores`` on the last ``FEATURE_WINDOW`` raw rows
+rolling z-scores by ``envs.data.features.feature_zscores`` on the last ``--feature-window`` raw rows
 (the rule of ``FeatureNormaliser``: bit for bit the values of the whole file), and the EMA
 deviations by ``envs.ema_deviation.EmaLevels`` with the RMS of ``envs.observation.rolling_rms``
 on the last ``window + 1`` closes (bit for bit the historical market's). The network
@@ -48,7 +48,7 @@ State: ``state_dict()`` is plain JSON data (numbers, strings, lists; floats writ
 with ``repr`` round-trip exactly); ``save_state``/``load_state`` write and read it as a
 JSON file (atomically). It carries a fingerprint of the policy (its weights and
 settings), the costs, ``start``, the feature normaliser's constants and its last
-``FEATURE_WINDOW`` raw rows (NaN written as null), the EMA spans and levels, and a SHA-256
+``--feature-window`` raw rows (NaN written as null), the EMA spans and levels, and a SHA-256
 chain of every bar consumed (time, OHLCV and feature values), so a state is refused by another
 policy, normaliser or EMA spans, and a file whose earlier bars differ is refused by
 ``verify_history``; and the SHA-256 of all the rest (``state_digest``), so a state edited
@@ -171,7 +171,7 @@ class TradingPolicy(StreamReadouts):
         self._t0 = np.zeros(1, np.int64)
         self._book = PaperBook(self.env)
         self._returns = ReturnWindow(self.env.window)
-        self._features = FeatureWindow(spec.features)
+        self._features = FeatureWindow(spec.features, spec.env.feature_window)
         self._emas = EmaWindow(spec.ema_spans, self.env.window)
         self.reset()
 

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from envs.config import EnvConfig
+from envs.data.features import FEATURE_WINDOW
 
 from ..algo.agent import RecurrentActorCritic
 from ..config import TrainConfig
@@ -66,12 +67,14 @@ class PolicySpec:
 
 
 def env_settings(env: EnvConfig) -> dict[str, Any]:
-    """``asdict(env)`` less ``ema_spans`` when it gives no spans (None or ""): the settings a
-    fingerprint and a state's ``policy`` entry record, so those of a policy without spans are the
-    ones recorded before the setting existed."""
+    """``asdict(env)`` less ``ema_spans`` when it gives no spans (None or "") and less
+    ``feature_window`` at its default: the settings a fingerprint and a state's ``policy`` entry
+    record, so those of a policy that sets neither are the ones recorded before the settings existed."""
     settings = asdict(env)
     if not env.spans:
         settings.pop("ema_spans", None)
+    if env.feature_window == FEATURE_WINDOW:
+        settings.pop("feature_window", None)
     return settings
 
 

@@ -3,7 +3,7 @@
 ``ReturnWindow`` keeps the last ``W`` closes and the normalised returns of the last ``W``
 bars, computed by the env's ``envs.observation.normalised_returns`` (bit for bit the
 values of the whole file). ``FeatureWindow`` keeps the feature columns' raw rows of the
-last ``FEATURE_WINDOW`` bars and the last bar's z-scores, by ``envs.data.features.feature_zscores``
+last ``--feature-window`` bars and the last bar's z-scores, by ``envs.data.features.feature_zscores``
 (the rule of ``FeatureNormaliser``). ``EmaWindow`` keeps the ``--ema-spans`` EMAs of the log
 close (``envs.ema_deviation.EmaLevels``, started at the stream's first open) and the last bar's
 deviations, with the RMS of ``envs.observation.rolling_rms`` on the last ``W + 1`` closes (bit for
@@ -18,16 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from envs.data.features import FEATURE_CLIP, FEATURE_WINDOW, STD_FLOOR_ABS, STD_FLOOR_REL, feature_zscores
+from envs.data.features import FEATURE_CLIP, STD_FLOOR_ABS, STD_FLOOR_REL, feature_zscores
 from envs.ema_deviation import EMA_CLIP, EmaLevels
 from envs.observation import normalised_returns, rolling_rms
 
 from ..errors import UsageError
 
 
-def feature_constants() -> dict[str, Any]:
-    """The feature normaliser's constants, as this version applies them (``envs.data.features``)."""
-    return {"window": FEATURE_WINDOW, "clip": FEATURE_CLIP, "std_floor_rel": STD_FLOOR_REL,
+def feature_constants(window: int) -> dict[str, Any]:
+    """The feature normaliser's constants, as this version applies them (``envs.data.features``) with
+    a ``--feature-window`` of ``window`` bars."""
+    return {"window": window, "clip": FEATURE_CLIP, "std_floor_rel": STD_FLOOR_REL,
             "std_floor_abs": STD_FLOOR_ABS}
 
 
@@ -71,15 +72,17 @@ class ReturnWindow:
 
 
 class FeatureWindow:
-    """The feature normaliser of a stream: the raw rows [F] float64 of the last ``FEATURE_WINDOW``
-    bars (NaN: not defined yet) and ``z`` [F] float32, the last bar's normalised features."""
+    """The feature normaliser of a stream: the raw rows [F] float64 of the last ``window`` bars
+    (the training ``--feature-window``; NaN: not defined yet) and ``z`` [F] float32, the last bar's
+    normalised features."""
 
-    def __init__(self, names: tuple[str, ...]) -> None:
+    def __init__(self, names: tuple[str, ...], window: int) -> None:
         self.names = tuple(names)
+        self.window = window
         self.reset()
 
     def reset(self) -> None:
-        self.rows: deque[np.ndarray] = deque(maxlen=FEATURE_WINDOW)
+        self.rows: deque[np.ndarray] = deque(maxlen=self.window)
         self.z = np.zeros(len(self.names), np.float32)
 
     def defined(self) -> bool:
@@ -117,11 +120,11 @@ class FeatureWindow:
             raise UsageError(f"{where}: no value (NaN) for feature {self.names[j]!r} after its first value; "
                              f"only a column's leading bars (its warm-up) may lack one")
         rows = np.concatenate([np.stack(previous), raw]) if previous else raw
-        return feature_zscores(rows, FEATURE_WINDOW)[len(previous):]
+        return feature_zscores(rows, self.window)[len(previous):]
 
     def state(self) -> dict[str, Any]:
         """The names, the constants and the rows as JSON data (NaN as None)."""
-        return {"names": list(self.names), **feature_constants(),
+        return {"names": list(self.names), **feature_constants(self.window),
                 "rows": [[None if math.isnan(v) else v for v in row.tolist()] for row in self.rows]}
 
     def restore(self, saved: Any, bars: int) -> None:
@@ -137,22 +140,22 @@ class FeatureWindow:
                              f"{list(self.names)}")
         if not nfeat:
             return
-        ours = feature_constants()
+        ours = feature_constants(self.window)
         other = [f"{k} {saved.get(k)!r} (now {v!r})" for k, v in ours.items() if saved.get(k) != v]
         if other:
             raise UsageError(f"the state's feature normaliser has other constants: {', '.join(other)}; start a new "
                              f"state")
         rows = np.array([[np.nan if v is None else float(v) for v in row] for row in saved["rows"]],
                         dtype=np.float64).reshape(-1, nfeat)
-        if len(rows) != min(bars, FEATURE_WINDOW) or np.isinf(rows).any():
-            raise ValueError(f"its feature normaliser holds {len(rows)} rows; {min(bars, FEATURE_WINDOW)} "
+        if len(rows) != min(bars, self.window) or np.isinf(rows).any():
+            raise ValueError(f"its feature normaliser holds {len(rows)} rows; {min(bars, self.window)} "
                              f"expected after {bars} bars")
         defined = ~np.isnan(rows)
         if (np.logical_or.accumulate(defined, axis=0) & ~defined).any():
             raise ValueError("its feature normaliser holds a NaN after a column's first value")
         self.rows.extend(rows)
         if len(rows):
-            self.z = feature_zscores(rows, FEATURE_WINDOW)[-1]
+            self.z = feature_zscores(rows, self.window)[-1]
 
 
 class EmaWindow:
