@@ -8,7 +8,7 @@ carries the memory of earlier bars).
 The rule, for one column ``x`` and bar ``b`` (the same in training, in every
 backtest and bar by bar in :class:`FeatureNormaliser`)::
 
-    values  = the defined values of x at bars max(0, b - N + 1) .. b   (N = FEATURE_WINDOW)
+    values  = the defined values of x at bars max(0, b - N + 1) .. b   (N = --feature-window, FEATURE_WINDOW by default)
     c       = how many there are (1..N: fewer only in the column's first N - 1 defined bars)
     mean    = sum(values) / c,  summed from bar b backwards
     std     = sqrt(sum((values - mean) ** 2) / c),  summed the same way (population std)
@@ -41,7 +41,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-FEATURE_WINDOW = 256  # N: bars of a feature's rolling mean and std
+FEATURE_WINDOW = 256  # N by default (--feature-window): bars of a feature's rolling mean and std
 FEATURE_CLIP = 5.0  # normalised features are clipped to +-this, as the returns are
 STD_FLOOR_REL = 1e-9  # a std this small next to |mean| is a constant column's rounding noise
 STD_FLOOR_ABS = 0.0  # no absolute floor: a column of tiny values is scaled like any other (kept for the ONNX metadata)
