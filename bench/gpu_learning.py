@@ -14,6 +14,10 @@ training time only: the clock stops (after a CUDA synchronize) for each evaluati
 
     python bench/gpu_learning.py --out-dir $OUT            # on a CUDA machine
     python bench/gpu_learning.py --device cpu --num-envs 64 --updates 4 --seeds 1 --episodes 50   # smoke run
+    python bench/gpu_learning.py --markets ou-10bps --env ema_spans=500 --out-dir $OUT   # an observation option
+
+``--env FIELD=VALUE`` (repeatable) sets an ``EnvConfig`` field of the trained agent's env, as
+``bench/learning.py --set env.FIELD=VALUE`` does; the reference is scored on the same paths.
 
 Prints a table per market (time to 50/80/90 % of the reference, median and worst over
 seeds, and the final score), then ONE JSON line. Each finished run is also written to
@@ -27,6 +31,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
+import dataclasses  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -39,6 +44,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.learning_ceiling import baselines  # noqa: E402
+from bench.learning_jobs import _parse_value  # noqa: E402
 from bench.learning_markets import EVAL_SEED, TUNE_EPISODES, env_config  # noqa: E402
 from bench.learning_paths import score_backtest, simulated_paths  # noqa: E402
 from bench.quality_curve import Point, reach_summary  # noqa: E402
@@ -55,8 +61,9 @@ def _sync(device: torch.device) -> None:
 
 
 def curve(market: str, num_envs: int, seed: int, updates: int, every: int, episodes: int, device: str,
-          cap: Optional[float]) -> dict[str, Any]:
-    """One training run's curve ``[(env_steps, train_s, bps_per_bar)]`` and its throughput."""
+          cap: Optional[float], env_fields: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """One training run's curve ``[(env_steps, train_s, bps_per_bar)]`` and its throughput; ``env_fields``
+    override the market's ``EnvConfig`` fields."""
     from ppo_lstm.config import TrainConfig
     from ppo_lstm.distributed import LocalComm, Worker
     from ppo_lstm.distributed.cuda import configure_numerics
@@ -66,7 +73,7 @@ def curve(market: str, num_envs: int, seed: int, updates: int, every: int, episo
     dev = torch.device(device)
     if dev.type == "cuda":
         configure_numerics(True)
-    env = env_config(market)
+    env = dataclasses.replace(env_config(market), **(env_fields or {}))
     rates: dict[str, float] = {}
     if cap is not None:
         scale = batch_rate_scale(STEPS_PER_ENV * num_envs, cap)
@@ -104,6 +111,7 @@ def curve(market: str, num_envs: int, seed: int, updates: int, every: int, episo
         rates_used = trainer.learning_rates
         env_steps = trainer.state.env_steps
     return {"market": market, "num_envs": num_envs, "batch": STEPS_PER_ENV * num_envs, "seed": seed, "cap": cap,
+            "obs_dim": env.obs_dim,
             "rates": list(rates_used), "env_steps": env_steps, "train_s": train_s,
             "env_steps_per_s": env_steps / train_s, "curve": points}
 
@@ -148,8 +156,11 @@ def main() -> None:
     parser.add_argument("--rate-cap", type=float, action="append", default=[],
                         help="also run with the rate scale capped at this (repeatable)")
     parser.add_argument("--cap-envs", default="4096,16384", help="env counts that get the --rate-cap runs")
+    parser.add_argument("--env", action="append", default=[], metavar="FIELD=VALUE",
+                        help="EnvConfig override for the trained agent, e.g. ema_spans=500 (repeatable)")
     parser.add_argument("--out-dir", type=Path, default=None, help="write runs.jsonl and result.json here")
     args = parser.parse_args()
+    env_fields = {k: _parse_value(v) for k, v in (item.split("=", 1) for item in args.env)}
     torch.set_num_threads(1)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("bench/gpu_learning.py: no CUDA device; pass --device cpu for a smoke run", file=sys.stderr)
@@ -163,7 +174,7 @@ def main() -> None:
     report: dict[str, Any] = {"bench": "gpu_learning", "device": args.device, "updates": args.updates,
                               "eval_every": args.eval_every, "seeds": args.seeds, "episodes": args.episodes,
                               "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None,
-                              "torch": torch.__version__, "markets": {}}
+                              "torch": torch.__version__, "env": env_fields, "markets": {}}
     for market in markets:
         env = env_config(market)
         test = simulated_paths(env, evaluation_seeds(EVAL_SEED, args.episodes))
@@ -178,7 +189,8 @@ def main() -> None:
             label = f"{n} envs, batch {STEPS_PER_ENV * n}" + ("" if cap is None else f", rates x{cap:g} cap")
             runs = []
             for seed in range(1, args.seeds + 1):
-                run = curve(market, n, seed, args.updates, args.eval_every, args.episodes, args.device, cap)
+                run = curve(market, n, seed, args.updates, args.eval_every, args.episodes, args.device, cap,
+                            env_fields)
                 runs.append(run)
                 if args.out_dir:
                     with open(args.out_dir / "runs.jsonl", "a") as f:
