@@ -95,6 +95,9 @@ class EnvConfig:
         if not MIN_FEATURE_WINDOW <= self.feature_window <= MAX_FEATURE_WINDOW:
             raise ValueError(f"--feature-window must be {MIN_FEATURE_WINDOW} to {MAX_FEATURE_WINDOW} bars, "
                              f"got {self.feature_window}")
+        if self.feature_window != FEATURE_WINDOW and not self.feature_names:
+            raise ValueError(f"--feature-window {self.feature_window} sets the z-score window of --features columns, "
+                             f"and none are named; pass --features too, or drop --feature-window")
         parse_ema_spans(self.ema_spans)
 
 

@@ -1,5 +1,5 @@
 """--feature-window in the env: the observation's feature entries are the rolling z-scores over the
-configured window, and an impossible window is one line and exit 2."""
+configured window; an impossible window, or one without --features, is one line and exit 2."""
 from __future__ import annotations
 
 import numpy as np
@@ -36,3 +36,12 @@ def test_an_impossible_window_is_one_line_exit_2(tmp_path, value: str) -> None:
     assert result.returncode == 2 and len(result.error_lines()) == 1, result.output
     assert f"--feature-window must be 2 to {MAX_FEATURE_WINDOW} bars, got {value}" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "none").exists()
+
+
+def test_a_window_without_features_is_one_line_exit_2(tmp_path) -> None:
+    write_prices(tmp_path / "p.csv", 300)
+    result = cli_in_process(tmp_path, *TINY, "--episodes", "4", "--data", "p.csv", "--feature-window", "1024",
+                            "--checkpoint-dir", "none")
+    assert result.returncode == 2 and len(result.error_lines()) == 1, result.output
+    assert "--feature-window 1024 sets the z-score window of --features columns, and none are named" in result.stderr
+    assert not (tmp_path / "none").exists()
