@@ -54,8 +54,8 @@ def train_ours(job: dict[str, Any]) -> dict[str, Any]:
     overrides = dict(job["overrides"])
     env_over = {k[4:]: overrides.pop(k) for k in list(overrides) if k.startswith("env.")}
     env = replace(env, **env_over)
-    if job.get("no_features"):
-        env = replace(env, features=None)
+    if job.get("no_features"):  # the blind agent: no columns, so no window for them either
+        env = replace(env, features=None, feature_window=EnvConfig.feature_window)
     episodes = max(8, job["steps"] // env.episode_length)
     with tempfile.TemporaryDirectory() as tmp:
         config = TrainConfig(episodes=episodes, seed=job["seed"], progress=False, log_file=os.path.join(tmp, "log"),
