@@ -94,7 +94,9 @@ class TrainConfig:
                                  launch=True)
     progress: bool = _f(True, RUN, "show a tqdm progress bar over episodes", launch=True)
     time_limit: Optional[str] = _f(None, RUN, "end the run cleanly after this much wall time (90s, 10min, 1h30m): a "
-                                   "hold-out backtest, a checkpoint and the summary, as at its end; --resume goes on",
+                                   "hold-out backtest, a checkpoint and the summary, as at its end; --resume goes on. "
+                                   "The cost warm-up and the rates' annealing follow --episodes: a run the limit will "
+                                   "cut short of them says so early, with the --episodes that fits",
                                    launch=True, metavar="DURATION")
     tensorboard: bool = _f(False, RUN, "also write TensorBoard curves to <checkpoint-dir>/tb (needs tensorboard)")
     # PPO

@@ -42,7 +42,7 @@ from ..algo.rollout import RolloutCollector
 from .run_state import RunState, capture_rank_state, restore_rank_state
 from ..algo.seeding import derive_seed
 from .shutdown import StopRequest
-from .time_limit import limit_seconds
+from .time_limit import LimitProjection, limit_seconds, schedules_at, stop_note
 from .timing import PhaseClock, peak_rss_mb
 
 # Debug/test hook: when set to a directory, every rank saves its final model and optimizer
@@ -162,6 +162,8 @@ class Trainer:
             clock = self.clock
             capacity = self.steps * c.num_envs  # transitions (so at most episodes) per rank and rollout
             limit = limit_seconds(c.time_limit)
+            projection = None if limit is None or self.rank != 0 else LimitProjection(
+                c, limit, s.global_episodes, s.env_steps, c.num_envs * self.world_size)
             seconds = None  # this rank's previous rollout, gather and update, for its env-steps/s
             while not finished:
                 tic = time.perf_counter()
@@ -183,6 +185,9 @@ class Trainer:
                 finished = agreed.finished or agreed.time_up
                 with clock("logging"):
                     update_totals = self._log_episodes(agreed.records)
+                    warning = projection and projection.check(time.perf_counter() - start, s.env_steps)
+                    if warning:
+                        self.log.line(warning)
                 due = finished or bool(agreed.signum) or s.global_episodes >= s.next_checkpoint_at
                 with clock("hold-out"):
                     holdout = self._run_holdout() if due and not agreed.signum else None  # rank 0's only
@@ -201,7 +206,8 @@ class Trainer:
                         parameters_in_sync(self.comm, self.agent, self.optimizer)
             if s.global_episodes < c.episodes:  # --time-limit ended it
                 self.log.line(f"Time limit reached (--time-limit {c.time_limit}): stopped at episode "
-                              f"{s.global_episodes} of {c.episodes}, checkpoint saved; --resume goes on")
+                              f"{s.global_episodes} of {c.episodes}{stop_note(c, s.global_episodes)}, checkpoint "
+                              f"saved; --resume goes on")
             self.log.line(f"Training finished: {s.global_episodes} episodes, {s.update} updates, "
                           f"{s.env_steps} env steps in {time.perf_counter() - start:.1f}s")
             if os.environ.get(DUMP_FINAL_VARIABLE):
@@ -229,7 +235,7 @@ class Trainer:
         c = self.config
         if c.cost_warmup <= 0.0:
             return
-        self.rollout.env.scale_costs(min(1.0, self.state.global_episodes / (c.cost_warmup * c.episodes)))
+        self.rollout.env.scale_costs(schedules_at(c, self.state.global_episodes)[0])
 
     def _update(self, batch: RolloutBatch) -> tuple[UpdateStats, bool]:
         """One PPO update on the combined ``batch`` ``[T, N*W]``; one that gives non-finite

@@ -8,10 +8,11 @@ import pytest
 
 from conftest import SPAWN2, TINY, cli_in_process, run_cli
 
+from ppo_lstm.config import TrainConfig
 from ppo_lstm.errors import UsageError
 from ppo_lstm.rundir.checkpoint import CheckpointDir
 from ppo_lstm.train.agreement import agreement_row, read_agreement
-from ppo_lstm.train.time_limit import limit_seconds
+from ppo_lstm.train.time_limit import LimitProjection, limit_seconds, schedules_at, stop_note
 
 import numpy as np
 import torch
@@ -33,6 +34,38 @@ def test_a_bad_time_limit_is_one_line_and_exit_2(tmp_path: Path):
         "got 'soon'"]
 
 
+def test_where_a_stop_leaves_the_schedules():
+    config = TrainConfig(episodes=1000, cost_warmup=0.5)
+    assert schedules_at(config, 100) == (0.2, 0.9) and schedules_at(config, 500) == (1.0, 0.5)
+    assert schedules_at(config, 1000) == (1.0, 0.0)
+    assert schedules_at(TrainConfig(episodes=1000, cost_warmup=0.0, anneal_lr=False), 100) == (1.0, 1.0)
+    assert stop_note(config, 100) == (" with the training envs' costs at 20% of --fee-bps/--slippage-bps (full from "
+                                      "episode 500) and the learning rates at 90% of their start (annealed to 0 at "
+                                      "episode 1,000)")
+    assert stop_note(config, 990) == ""  # costs full, rates under 5 % of their start: nothing left to say
+
+
+def test_the_projection_warns_once_where_the_limit_cuts_the_schedules():
+    config = TrainConfig(episodes=1000, cost_warmup=0.5, time_limit="10s")  # episodes of 128 bars
+    projection = LimitProjection(config, 10.0, 0, 0, 64)
+    assert projection.check(0.5, 10_000) is None  # before a tenth of the limit: not looked yet
+    warning = projection.check(1.0, 1_280)  # 1,280 env-steps/s: 100 episodes in 10 s
+    assert warning is not None and warning.startswith(
+        "warning: at 1,280 env-steps/s, --time-limit 10s stops this run near episode 100 of 1,000, with the training "
+        "envs' costs at 20% of --fee-bps/--slippage-bps")
+    assert "give --episodes 64 or fewer" in warning  # whole rounds of the 64 envs' episodes
+    assert projection.check(2.0, 1_280) is None  # once
+    fast = LimitProjection(config, 10.0, 0, 0, 64)
+    assert fast.check(1.0, 12_800) is None  # 1,000 episodes fit: no warning
+    late = LimitProjection(config, 10.0, 0, 0, 64)
+    only_rates = late.check(1.0, 6_400)  # 500 episodes: costs full, rates at half
+    assert only_rates is not None and "envs' costs" not in only_rates and "part of the costs" not in only_rates
+    assert "the learning rates at 50% of their start" in only_rates and "give --episodes 448 or fewer" in only_rates
+    plain = LimitProjection(TrainConfig(episodes=1000, cost_warmup=0.0, anneal_lr=False, time_limit="10s"),
+                            10.0, 0, 0, 64)
+    assert plain.check(1.0, 1_280) is None  # no schedule to cut
+
+
 def test_any_ranks_clock_stops_every_rank():
     empty = np.zeros((0, 6))
     rows = torch.stack([agreement_row(empty, False, 0, 1.0, 4), agreement_row(empty, False, 0, 1.0, 4, time_up=True)])
@@ -46,6 +79,10 @@ def test_the_run_stops_at_its_budget_with_a_checkpoint_and_resume_goes_on(tmp_pa
     log = (tmp_path / "training.log").read_text()
     assert "Time limit reached (--time-limit 1s): stopped at episode " in log and "--resume goes on" in log
     assert "Last checkpoint: " in first.stdout + log
+    # a million episodes' schedules cannot finish in 1s: the run said so early, and where it stopped them
+    assert "--time-limit 1s stops this run near episode " in log and "give --episodes " in log
+    assert re.search(r"stopped at episode \d+ of 1000000 with the training envs' costs at \d+% of "
+                     r"--fee-bps/--slippage-bps \(full from episode 500,000\)", log)
     assert CheckpointDir(tmp_path / "checkpoints").checkpoints()  # written at the stop
     stopped = int(re.search(r"stopped at episode (\d+) of 1000000", log).group(1))
     assert 0 < stopped < 1000000
