@@ -28,7 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ppo_lstm.config import BASE_RATES, STEPS_PER_ENV, TrainConfig  # noqa: E402
+from ppo_lstm.batch_rule import BASE_RATES, STEPS_PER_ENV  # noqa: E402
+from ppo_lstm.config import TrainConfig  # noqa: E402
 
 DEFAULT_LR = dict(zip(("learning_rate_actor", "learning_rate_critic"), BASE_RATES))  # the base rates, always given
 

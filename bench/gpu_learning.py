@@ -49,7 +49,7 @@ from bench.learning_markets import EVAL_SEED, TUNE_EPISODES, env_config  # noqa:
 from bench.learning_paths import score_backtest, simulated_paths  # noqa: E402
 from bench.quality_curve import Point, reach_summary  # noqa: E402
 from ppo_lstm.algo.seeding import env_seeds  # noqa: E402
-from ppo_lstm.config import BASE_RATES, STEPS_PER_ENV, batch_rate_scale  # noqa: E402
+from ppo_lstm.batch_rule import BASE_RATES, STEPS_PER_ENV, batch_rate_scale  # noqa: E402
 from ppo_lstm.evaluation.backtest import backtest_simulated, evaluation_seeds  # noqa: E402
 
 SHARES = (0.5, 0.8, 0.9)

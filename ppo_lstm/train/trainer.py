@@ -27,7 +27,8 @@ from .agreement import exchange
 from .build import build_agent, build_optimizer, check_model_matches
 from ..algo.buffer import RolloutBatch
 from ..rundir.checkpoint import RUN_LOG_NAME, CheckpointDir
-from ..config import TrainConfig, learning_rates, steps_per_env, update_batch
+from ..batch_rule import learning_rates, steps_per_env, update_batch
+from ..config import TrainConfig
 from ..distributed import Worker, parameters_in_sync, trades_history
 from ..distributed.cuda import require_bf16
 from ..errors import one_line

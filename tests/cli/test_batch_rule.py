@@ -5,8 +5,9 @@ import math
 
 import pytest
 
-from ppo_lstm.config import (BASE_RATES, MAX_RATE_SCALE, STEPS_PER_ENV, TrainConfig, config_from_args, describe_batch,
-                             learning_rates, rate_scale, steps_per_env, update_batch)
+from ppo_lstm.batch_rule import (BASE_RATES, MAX_RATE_SCALE, STEPS_PER_ENV, describe_batch, learning_rates, rate_scale,
+                                 steps_per_env, update_batch)
+from ppo_lstm.config import TrainConfig, config_from_args
 from ppo_lstm.errors import UsageError
 
 

@@ -4,7 +4,8 @@ import dataclasses
 import pytest
 
 from envs.config import EnvConfig
-from ppo_lstm.config import TrainConfig, build_parser, config_from_args, steps_per_env, validate
+from ppo_lstm.batch_rule import steps_per_env
+from ppo_lstm.config import TrainConfig, build_parser, config_from_args, validate
 from ppo_lstm.distributed import episode_share, remaining_episode_shares, trades_history
 from ppo_lstm.errors import UsageError
 

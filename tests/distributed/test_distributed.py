@@ -20,7 +20,8 @@ import torch
 from conftest import (SPAWN2, TINY, TRAIN, Run, assert_models_equal, assert_no_process_left, children_of,
                       cli_in_process, episode_lines, free_port, load_state, run_cli, torchrun, training_started,
                       wait_for)
-from ppo_lstm.config import TrainConfig, steps_per_env
+from ppo_lstm.batch_rule import steps_per_env
+from ppo_lstm.config import TrainConfig
 from ppo_lstm.distributed import episode_share
 from ppo_lstm.errors import UsageError
 
