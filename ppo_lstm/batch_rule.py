@@ -93,3 +93,8 @@ def steps_per_env(config: TrainConfig, world_size: int = 1) -> int:
             f"use a multiple of {n * w} (e.g. {', '.join(map(str, valid[:4]))}) or change --num-envs"
         )
     return u // (n * w)
+
+
+def total_updates(config: TrainConfig, world_size: int = 1) -> int:
+    """The updates a run of ``--episodes`` makes (at least 1), over which ``--anneal-lr`` runs."""
+    return max(1, math.ceil(config.episodes * config.env.episode_length / update_batch(config, world_size)))

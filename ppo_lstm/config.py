@@ -94,6 +94,10 @@ class TrainConfig:
                                    "The cost warm-up and the rates' annealing follow --episodes: a run the limit will "
                                    "cut short of them says so early, with the --episodes that fits",
                                    launch=True, metavar="DURATION")
+    train_for: Optional[str] = _f(None, RUN, "train for this much wall time (90s, 10min, 1h30m) instead of a number "
+                                  "of --episodes: once a twentieth of it has passed, the run sets its episodes to "
+                                  "what fits at its measured speed, so the cost warm-up and the rates' annealing end "
+                                  "with the time; its checkpoints record them", launch=True, metavar="DURATION")
     tensorboard: bool = _f(False, RUN, "also write TensorBoard curves to <checkpoint-dir>/tb (needs tensorboard)")
     # PPO
     update_interval: Optional[int] = _f(None, PPO, f"transitions in one update's batch U, all workers together "
@@ -291,6 +295,7 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
     if config.threads is not None and config.threads < 1:
         raise UsageError(f"--threads must be at least 1, got {config.threads}")
     limit_seconds(config.time_limit)
+    limit_seconds(config.train_for, "--train-for")
     for name in ("clip", "max_grad_norm", "dist_timeout"):
         value = getattr(config, name)
         if not value > 0:

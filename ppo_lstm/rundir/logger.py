@@ -31,9 +31,10 @@ HOLDOUT_COLUMNS = ("holdout_return_pct", "holdout_sharpe", "holdout_max_drawdown
 METRIC_COLUMNS = UPDATE_COLUMNS + HOLDOUT_COLUMNS
 
 
-def format_episode_line(episode: int, total: int, totals: EpisodeTotals, world_size: int = 1,
+def format_episode_line(episode: int, total: Optional[int], totals: EpisodeTotals, world_size: int = 1,
                         device_type: str = "cuda") -> str:
-    """``Episode 100/1000 - Reward: 45.23, Return: $234.56, Win Rate: 65.0% (20 closed, 3 open), Steps: 234``.
+    """``Episode 100/1000 - Reward: 45.23, Return: $234.56, Win Rate: 65.0% (20 closed, 3 open), Steps: 234``
+    (``Episode 100 - ...`` while ``total`` is not known: a ``--train-for`` run before its fit).
 
     Figures are means over ``totals``' episodes; trade counts are totals. With more
     than one worker, the world size is appended: `` | GPUs: N`` for GPU workers,
@@ -41,7 +42,7 @@ def format_episode_line(episode: int, total: int, totals: EpisodeTotals, world_s
     """
     m = totals.means()
     sign = "-" if m["mean_return"] < 0 else ""
-    line = (f"Episode {episode}/{total} - Reward: {m['mean_reward']:.2f}, "
+    line = (f"Episode {episode}{'' if total is None else f'/{total}'} - Reward: {m['mean_reward']:.2f}, "
             f"Return: {sign}${abs(m['mean_return']):.2f}, Win Rate: {100 * m['win_rate']:.1f}% "
             f"({int(totals.closed)} closed, {int(totals.open_lots)} open), Steps: {m['mean_steps']:.0f}")
     if world_size == 1:
@@ -52,7 +53,7 @@ def format_episode_line(episode: int, total: int, totals: EpisodeTotals, world_s
 class RunLogger:
     """Writes rank 0's console lines, the log files, ``metrics.csv`` and TensorBoard."""
 
-    def __init__(self, log_file: str, metrics_file: Path, total_episodes: int, done_episodes: int,
+    def __init__(self, log_file: str, metrics_file: Path, total_episodes: Optional[int], done_episodes: int,
                  progress: bool, tensorboard_dir: Optional[Path] = None, console: Optional[TextIO] = None,
                  extra_columns: tuple[str, ...] = (), run_log: Optional[Path] = None) -> None:
         """``log_file`` is ``--log-file`` (``./training.log``, which every run started in a
@@ -109,6 +110,11 @@ class RunLogger:
     def progress(self, episodes_done: int) -> None:
         self._bar.update(episodes_done - self._bar.n)
 
+    def set_total(self, total_episodes: int) -> None:
+        """The progress bar's total, once known (``--train-for``)."""
+        self._bar.total = total_episodes
+        self._bar.refresh()
+
     def metrics(self, row: dict[str, Any]) -> None:
         """Append one row per update to metrics.csv (and TensorBoard)."""
         self._csv.writerow({key: row.get(key, "") for key in self._csv.fieldnames})
@@ -157,6 +163,7 @@ class NullLogger:
     def header(self, *_: Any, **__: Any) -> None: ...
     def line(self, *_: Any, **__: Any) -> None: ...
     def progress(self, *_: Any) -> None: ...
+    def set_total(self, *_: Any) -> None: ...
     def metrics(self, *_: Any) -> None: ...
     def close(self) -> None: ...
 

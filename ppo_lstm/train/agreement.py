@@ -1,7 +1,7 @@
 """The one collective of a training iteration: every rank's rollout and what the ranks
 must agree on (its finished episodes, whether its share is done, the signal it
 received, its speed, whether it found its previous update non-finite, whether its
-clock passed ``--time-limit``), gathered together.
+clock passed ``--time-limit``, and rank 0's ``--train-for`` episodes), gathered together.
 
 One collective instead of one for the rollout and another for the agreement: on CPU
 workers each gloo collective costs about a millisecond of latency plus the wait for
@@ -28,40 +28,44 @@ class Agreement:
     rank_sps: list[float]  # env-steps/s of each rank, in rank order
     records: list[list[float]]  # every rank's episode records ``[k, 6]``, in rank order
     bad_update_ranks: list[int] = field(default_factory=list)  # ranks that found the previous update non-finite
-    time_up: bool = False  # some rank's clock passed --time-limit
+    time_up: bool = False  # some rank's clock passed --time-limit (or --train-for)
+    fitted_episodes: int = 0  # --train-for: the episodes rank 0 fitted to the time (0: none this iteration)
 
 
-HEADER = 6  # episode count, done flag, signal, env-steps/s, bad-update flag, time-up flag
+HEADER = 7  # episode count, done flag, signal, env-steps/s, bad-update flag, time-up flag, fitted episodes
 ALIGN = 8  # bytes: the float64 agreement row is read through a view, which needs an aligned offset
 
 
 def agreement_row(records: np.ndarray, done: bool, signum: int, seconds: float, capacity: int,
-                  bad_update: bool = False, time_up: bool = False) -> torch.Tensor:
-    """One rank's row ``[6 + capacity * 6]`` (float64): ``[episode count, done flag, signal
-    number or 0, env-steps/s, bad-update flag, time-up flag, records padded to capacity x 6]``. ``capacity``
+                  bad_update: bool = False, time_up: bool = False, fitted: int = 0) -> torch.Tensor:
+    """One rank's row ``[7 + capacity * 6]`` (float64): ``[episode count, done flag, signal
+    number or 0, env-steps/s, bad-update flag, time-up flag, fitted episodes or 0, records padded
+    to capacity x 6]``. ``capacity``
     (T * N) bounds the episodes a rank can finish in one rollout, so every row has the same
     size (gloo needs equal sizes); ``records`` ``[k, 6]`` (:data:`EPISODE_FIELDS`) are the
     ones this rank counts; ``seconds`` is the time its last rollout, gather and update took
     (the first iteration: its rollout so far); ``bad_update``: this rank judged its previous
-    update non-finite; ``time_up``: its clock passed ``--time-limit``."""
+    update non-finite; ``time_up``: its clock passed ``--time-limit``; ``fitted``: rank 0's
+    ``--train-for`` episodes (exact in float64 up to 2**53)."""
     row = torch.zeros(HEADER + capacity * len(EPISODE_FIELDS), dtype=torch.float64)
     row[:HEADER] = torch.tensor([len(records), float(done), float(signum), capacity / max(seconds, 1e-9),
-                                 float(bad_update), float(time_up)])
+                                 float(bad_update), float(time_up), float(fitted)], dtype=torch.float64)
     row[HEADER:HEADER + records.size] = torch.from_numpy(records.reshape(-1))
     return row
 
 
 def read_agreement(rows: torch.Tensor, capacity: int) -> Agreement:
-    """The :class:`Agreement` of every rank's :func:`agreement_row` ``[W, 6 + capacity * 6]``."""
+    """The :class:`Agreement` of every rank's :func:`agreement_row` ``[W, 7 + capacity * 6]``."""
     rows = rows.cpu()
     gathered = [rows[r, HEADER:].view(capacity, -1)[: int(rows[r, 0])] for r in range(rows.shape[0])]
     return Agreement(bool(rows[:, 1].sum() == rows.shape[0]), int(rows[:, 2].max()), rows[:, 3].tolist(),
                      torch.cat(gathered).tolist(), torch.nonzero(rows[:, 4]).flatten().tolist(),
-                     bool(rows[:, 5].any()))
+                     bool(rows[:, 5].any()), int(rows[:, 6].max()))
 
 
 def exchange(comm: Comm, batch: RolloutBatch, records: np.ndarray, done: bool, signum: int, seconds: float,
-             capacity: int, bad_update: bool = False, time_up: bool = False) -> tuple[RolloutBatch, Agreement]:
+             capacity: int, bad_update: bool = False, time_up: bool = False,
+             fitted: int = 0) -> tuple[RolloutBatch, Agreement]:
     """Gather every rank's ``batch`` ``[T, N]`` and :func:`agreement_row` in ONE collective.
 
     Both travel as raw bytes in one row per rank (``[W, bytes]``): the batch's
@@ -71,7 +75,7 @@ def exchange(comm: Comm, batch: RolloutBatch, records: np.ndarray, done: bool, s
     order) and the :class:`Agreement`.
     """
     rows = batch.packed()  # [N, F]
-    agreement = agreement_row(records, done, signum, seconds, capacity, bad_update, time_up).to(rows.device)
+    agreement = agreement_row(records, done, signum, seconds, capacity, bad_update, time_up, fitted).to(rows.device)
     size = rows.numel() * rows.element_size()
     split = -(-size // ALIGN) * ALIGN  # the agreement row starts on an 8-byte boundary, whatever N * F is
     padding = torch.zeros(split - size, dtype=torch.uint8, device=rows.device)

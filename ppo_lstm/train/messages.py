@@ -24,16 +24,23 @@ def startup_lines(config: TrainConfig, world_size: int, rank: int, state: RunSta
     """The lines after the log header: the batch split, where a resume started, the costs'
     ramp, which workers trade --data, the hold-out, then the ``notes``."""
     c, s = config, state
+    fitting = c.train_for is not None  # the episodes are fitted to the time later (time_limit.EpisodeFit)
     shares = sorted({episode_share(c.episodes, r, world_size) for r in range(world_size)}, reverse=True)
-    lines = [f"{describe_batch(c, world_size)}; episodes per worker: {' / '.join(map(str, shares))}"]
-    if resumed_from is None and (rounding := episode_rounding_line(c, world_size)):
+    episodes = (f"episodes: fitted to --train-for {c.train_for} once a twentieth of it has passed" if fitting
+                else f"episodes per worker: {' / '.join(map(str, shares))}")
+    lines = [f"{describe_batch(c, world_size)}; {episodes}"]
+    if resumed_from is None and not fitting and (rounding := episode_rounding_line(c, world_size)):
         lines.append(rounding)
     if resumed_from is not None:
-        lines.append(f"Resumed from {resumed_from} at episode {s.global_episodes}/{c.episodes} "
-                     f"(update {s.update}); {max(0, c.episodes - s.global_episodes)} episodes left")
+        left = (f"--train-for {c.train_for} from here" if fitting
+                else f"{max(0, c.episodes - s.global_episodes)} episodes left")
+        lines.append(f"Resumed from {resumed_from} at episode {s.global_episodes}"
+                     f"{'' if fitting else f'/{c.episodes}'} (update {s.update}); {left}")
     if c.cost_warmup > 0 and (c.env.fee_bps or c.env.slippage_bps):
+        first = (f"{c.cost_warmup:.0%} of the episodes that fit" if fitting
+                 else f"{math.ceil(c.cost_warmup * c.episodes)} episodes")
         lines.append(f"Costs: fee {c.env.fee_bps:g} bps and slippage {c.env.slippage_bps:g} bps, ramped up "
-                     f"from 0 over the first {math.ceil(c.cost_warmup * c.episodes)} episodes (--cost-warmup "
+                     f"from 0 over the first {first} (--cost-warmup "
                      f"{c.cost_warmup:g}), so earlier episode lines are at lower costs; the hold-out always "
                      f"pays full costs")
     if c.env.features and c.data is not None and world_size > 1 and not c.data_all_ranks:

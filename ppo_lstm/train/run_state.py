@@ -10,6 +10,7 @@ import datetime
 import math
 import random
 import secrets
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -18,6 +19,7 @@ import torch
 
 from ..rundir.checkpoint import from_safe, on_cpu, to_safe
 from ..config import TrainConfig
+from ..errors import one_line
 from ..distributed import episode_share, remaining_episode_shares
 from ..algo.episodes import EpisodeTotals
 from ..algo.rollout import RolloutCollector
@@ -185,3 +187,22 @@ def restore_rank_state(saved: dict[str, Any], rollout: RolloutCollector, generat
     version, internal, gauss = saved["python_rng"]
     random.setstate((version, tuple(internal), gauss))  # setstate wants tuples all the way down
     return note
+
+
+def restore_rank_or_restart(saved: dict[str, Any], rollout: RolloutCollector, generation: int,
+                            rank: int) -> Optional[str]:
+    """This rank's RNGs and rollout state (:func:`restore_rank_state`); None, or the warning to
+    print. A state that cannot be restored, for whatever reason, restarts this rank's envs and
+    sampler (a warning, never a traceback); one written on another device type keeps the envs
+    and re-seeds only the sampler."""
+    try:
+        note = restore_rank_state(saved, rollout, generation)
+    except Exception as err:  # noqa: BLE001 - any unreadable rank state: start this rank's streams afresh
+        rollout.restart(generation)
+        rollout.reseed_sampler(generation)
+        warning = (f"warning: rank {rank}'s saved rollout state could not be restored ({one_line(err)}): "
+                   f"its environments and action sampler restarted; weights, optimizer and counters restored")
+        if rank != 0:  # rank 0's notes reach the console and the log; the others speak for themselves
+            print(warning, file=sys.stderr, flush=True)
+        return warning
+    return None if note is None else f"warning: {note}; weights, optimizer, counters and environments restored"

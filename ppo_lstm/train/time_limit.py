@@ -1,4 +1,7 @@
-"""``--time-limit DURATION``: a wall-clock budget for one training invocation.
+"""``--time-limit DURATION`` and ``--train-for DURATION``: a training invocation's wall clock.
+
+``--time-limit`` is a budget for one invocation, a cut: the run keeps its ``--episodes``.
+``--train-for`` makes the time the run's length (:class:`EpisodeFit`, below).
 
 The budget counts from the trainer's start (after start-up and any resume). When any rank's
 clock passes it, every rank learns so in the iteration's one collective
@@ -23,9 +26,10 @@ if TYPE_CHECKING:
     from ..config import TrainConfig
 
 
-def limit_seconds(text: Optional[str]) -> Optional[float]:
+def limit_seconds(text: Optional[str], flag: str = "--time-limit") -> Optional[float]:
     """Seconds of ``text``: a number of seconds (``600``) or a duration pandas reads (``90s``,
-    ``10min``, ``1h30m``, ``2 hours``); None for None. UsageError (one line) for anything else."""
+    ``10min``, ``1h30m``, ``2 hours``); None for None. UsageError (one line, naming ``flag``)
+    for anything else."""
     if text is None:
         return None
     words = str(text).strip()
@@ -39,7 +43,7 @@ def limit_seconds(text: Optional[str]) -> Optional[float]:
         except (ValueError, TypeError):
             seconds = math.nan
     if not (math.isfinite(seconds) and seconds > 0):
-        raise UsageError(f"--time-limit takes a positive duration such as 90s, 10min or 1h30m (a bare number is "
+        raise UsageError(f"{flag} takes a positive duration such as 90s, 10min or 1h30m (a bare number is "
                          f"seconds), got {text!r}")
     return seconds
 
@@ -103,3 +107,112 @@ class LimitProjection:
                 f"{near:,.0f} of {c.episodes:,}, with {unfinished}, so the agent at the limit is not a finished "
                 f"one{costs}; for an agent finished within the limit, give --episodes {fits} or fewer (the "
                 f"schedules follow --episodes)")
+
+
+UNFITTED_EPISODES = 2 ** 50  # a --train-for run's episodes until they are fitted: never reached, exact in float64
+FIT_AT = (0.05, 0.25, 0.5)  # the shares of --train-for at which the episodes are fitted, then refitted
+
+
+class EpisodeFit:
+    """``--train-for``: the episodes that fit in the time, from the run's measured speed.
+
+    Until a twentieth of the time has passed (and at least two iterations after the first,
+    whose start-up is not measured), the run trains with :data:`UNFITTED_EPISODES`, so its
+    cost warm-up has barely begun and its rates are at their start. Then rank 0 measures its
+    env-steps/s since the first iteration and proposes the whole rounds of the envs' episodes
+    (``round_size``: every rank's envs, which end their episodes together) that fit in the
+    time left; every rank takes the proposal in the same collective (:meth:`settle`), and the
+    run is from there a run of that many episodes, which its checkpoints record. At a quarter
+    and at half of the time the count is fitted again from the speed so far, which by then
+    includes the hold-out backtests and checkpoints the first second may not."""
+
+    def __init__(self, text: str, episode_length: int, round_size: int) -> None:
+        self.text, self.seconds = text, limit_seconds(text, "--train-for") or 0.0
+        self.episode_length, self.round_size = episode_length, round_size
+        self.first: Optional[tuple[float, int]] = None  # (seconds, env steps) at the end of the first iteration
+        self.iterations = 0
+        self.speed = 0.0  # rank 0's measured env-steps/s, every rank's steps
+        self.proposal = 0  # rank 0's fitted episodes, for the next collective (0: none pending)
+        self.fits = 0  # the fits every rank has taken
+
+    @property
+    def fitted(self) -> bool:
+        return self.fits > 0
+
+    def observe(self, elapsed: float, env_steps: int, episodes: int) -> None:
+        """After an iteration (rank 0): ``elapsed`` seconds since the start, ``env_steps`` and
+        ``episodes`` as the run counts them (every rank's). Sets :attr:`proposal` when a fit is due."""
+        self.iterations += 1
+        if self.first is None:
+            self.first = (elapsed, env_steps)
+            return
+        due = self.fits < len(FIT_AT) and self.iterations >= 3 and elapsed >= FIT_AT[self.fits] * self.seconds
+        if self.proposal or not due:
+            return
+        self.speed = (env_steps - self.first[1]) / max(elapsed - self.first[0], 1e-9)
+        fits = episodes + self.speed * max(0.0, self.seconds - elapsed) / self.episode_length
+        self.proposal = max(1, int(fits // self.round_size)) * self.round_size
+
+    def settle(self, proposed: int, episodes: int) -> int:
+        """The run's episodes, on every rank alike: the ``proposed`` ones, and at least one round
+        more than the ``episodes`` counted so far (the proposal was made an iteration earlier)."""
+        self.fits += 1
+        self.proposal = 0
+        return max(proposed, (episodes // self.round_size + 1) * self.round_size)
+
+    def line(self, episodes: int, done: int) -> str:
+        """Rank 0's log line on the fitted ``episodes``, ``done`` of them trained."""
+        if self.fits > 1:
+            return (f"--train-for {self.text}: at {self.speed:,.0f} env-steps/s so far, {episodes} episodes fit "
+                    f"({episodes - done} more; fitted again at {FIT_AT[self.fits - 1]:.0%} of the time)")
+        return (f"--train-for {self.text}: at {self.speed:,.0f} env-steps/s, {episodes} episodes fit in the time "
+                f"({episodes - done} more); the cost warm-up and the rates' annealing follow them, and the run "
+                f"ends at episode {episodes} or when the time is up, whichever comes first")
+
+
+class TimeBudget:
+    """What the training loop asks of the clock: whether the time is up (the shorter of
+    ``--time-limit`` and ``--train-for``), rank 0's early warning of a ``--time-limit`` that
+    cuts the schedules short, and ``--train-for``'s episode fit."""
+
+    def __init__(self, config: "TrainConfig", rank: int, world_size: int, episodes: int, env_steps: int) -> None:
+        limits = [x for x in (limit_seconds(config.time_limit), limit_seconds(config.train_for, "--train-for"))
+                  if x is not None]
+        self.seconds = min(limits) if limits else None
+        self.rank, round_size = rank, config.num_envs * world_size
+        self.fit = (None if config.train_for is None
+                    else EpisodeFit(config.train_for, config.env.episode_length, round_size))
+        self.projection = (LimitProjection(config, self.seconds, episodes, env_steps, round_size)
+                           if self.seconds is not None and self.fit is None and rank == 0 else None)
+
+    @property
+    def fitting(self) -> bool:
+        """A ``--train-for`` run whose episodes are not fitted yet."""
+        return self.fit is not None and not self.fit.fitted
+
+    def time_up(self, elapsed: float) -> bool:
+        return self.seconds is not None and elapsed >= self.seconds
+
+    def proposal(self) -> int:
+        """Rank 0's fitted episodes for this iteration's collective; 0 for none."""
+        return self.fit.proposal if self.fit is not None and self.rank == 0 else 0
+
+    def observe(self, elapsed: float, env_steps: int, episodes: int) -> Optional[str]:
+        """After an iteration: feed the fit (rank 0); the warning to log, if one is due."""
+        if self.fit is not None and self.rank == 0:
+            self.fit.observe(elapsed, env_steps, episodes)
+        return self.projection.check(elapsed, env_steps) if self.projection is not None else None
+
+
+def time_up_line(config: "TrainConfig", episodes: int, unfitted: bool) -> str:
+    """The line of a run the clock stopped at ``episodes`` (``unfitted``: before ``--train-for``
+    fitted its episodes, so the run is recorded as one of the episodes it trained)."""
+    if unfitted:
+        return (f"Time is up (--train-for {config.train_for}) before the run had measured its speed: it trained "
+                f"{episodes} episodes, which its checkpoint records as the run's --episodes")
+    train_for = limit_seconds(config.train_for, "--train-for")
+    if train_for is not None and train_for <= (limit_seconds(config.time_limit) or math.inf):
+        return (f"Time is up (--train-for {config.train_for}): stopped at episode {episodes} of {config.episodes}"
+                f"{stop_note(config, episodes)}, checkpoint saved")
+    return (f"Time limit reached (--time-limit {config.time_limit}): stopped at episode {episodes} of "
+            f"{config.episodes}{stop_note(config, episodes)}, checkpoint saved; --resume goes on")

@@ -10,10 +10,10 @@ repairs any drift from rank 0.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -27,11 +27,10 @@ from .agreement import exchange
 from .build import build_agent, build_optimizer, check_model_matches
 from ..algo.buffer import RolloutBatch
 from ..rundir.checkpoint import RUN_LOG_NAME, CheckpointDir
-from ..batch_rule import learning_rates, steps_per_env, update_batch
+from ..batch_rule import learning_rates, steps_per_env, total_updates
 from ..config import TrainConfig
-from ..distributed import Worker, parameters_in_sync, trades_history
+from ..distributed import Worker, parameters_in_sync, remaining_episode_shares, trades_history
 from ..distributed.cuda import require_bf16
-from ..errors import one_line
 from .data_fingerprint import check_resume_data, data_fingerprint
 from .guard import UpdateGuard, outputs_finite
 from .holdout import DataSplit, Holdout, HoldoutResult, holdout_columns, holdout_line, holdout_score, load_training_data
@@ -40,10 +39,10 @@ from ..algo.episodes import EpisodeTotals
 from ..rundir.logger import NullLogger, RunLogger, format_episode_line
 from ..algo.ppo import PPOSettings, UpdateStats, ppo_update
 from ..algo.rollout import RolloutCollector
-from .run_state import RunState, capture_rank_state, restore_rank_state
+from .run_state import RunState, capture_rank_state, restore_rank_or_restart
 from ..algo.seeding import derive_seed
 from .shutdown import StopRequest
-from .time_limit import LimitProjection, limit_seconds, schedules_at, stop_note
+from .time_limit import UNFITTED_EPISODES, TimeBudget, schedules_at, time_up_line
 from .timing import PhaseClock, peak_rss_mb
 
 # Debug/test hook: when set to a directory, every rank saves its final model and optimizer
@@ -56,6 +55,9 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, worker: Worker, resume: Optional[tuple[Path, dict[str, Any]]],
                  stop: StopRequest, notes: tuple[str, ...] = ()) -> None:
+        self.asked = config  # as given: the log header's
+        if config.train_for is not None:  # its episodes are fitted to the time once the speed is known
+            config = dataclasses.replace(config, episodes=UNFITTED_EPISODES)
         self.config, self.comm, self.device, self.stop = config, worker.comm, worker.device, stop
         self.notes = list(notes)  # start-up lines for rank 0's console and log
         self.rank, self.world_size = self.comm.rank, self.comm.world_size
@@ -65,8 +67,7 @@ class Trainer:
                                     config.autocast == "bf16")
         if config.autocast == "bf16":
             require_bf16(self.device)
-        self.total_updates_estimate = max(1, math.ceil(config.episodes * config.env.episode_length
-                                                       / update_batch(config, self.world_size)))
+        self.total_updates_estimate = total_updates(config, self.world_size)
         self.clock = PhaseClock()
 
         torch.manual_seed(config.seed)  # identical initial weights on every rank
@@ -97,13 +98,15 @@ class Trainer:
             self.checkpoints.adopt(self.state.run_id, self.resumed_from)
             run_dir = Path(config.checkpoint_dir)
             self.log: RunLogger | NullLogger = RunLogger(
-                config.log_file, run_dir / "metrics.csv", config.episodes, self.state.global_episodes,
+                config.log_file, run_dir / "metrics.csv", None if config.train_for else config.episodes,
+                self.state.global_episodes,
                 config.progress, run_dir / "tb" if config.tensorboard else None,
                 extra_columns=self.holdout.extra_columns() if self.holdout is not None else (),
                 run_log=run_dir / RUN_LOG_NAME)
         else:
             self.log = NullLogger()
         self.guard = UpdateGuard(self.agent, self.optimizer, self.world_size, self.log)  # undoes non-finite updates
+        self.budget = TimeBudget(config, self.rank, self.world_size, self.state.global_episodes, self.state.env_steps)
 
     def _market_data(self) -> tuple[Optional[list[MarketData]], Optional[list[DataSplit]]]:
         """Rank 0 (every rank with --data-all-ranks or --features) trades --data's training bars,
@@ -124,7 +127,8 @@ class Trainer:
         data_note, data_changed = check_resume_data(self.config, state, self.data_fingerprint, str(path))
         warning = self.state.restore(state, self.config, self.rank, self.world_size)
         if warning is None and not data_changed:
-            warning = self._restore_rank(state["ranks"][self.rank])
+            warning = restore_rank_or_restart(state["ranks"][self.rank], self.rollout, self.state.update,
+                                              self.rank)
         else:
             self.rollout.restart(generation=self.state.update)
         if data_changed:  # --allow-data-change: the old hold-out's scores do not compare
@@ -132,24 +136,6 @@ class Trainer:
         if self.rank == 0:
             self.notes += [line for line in (data_note, warning) if line is not None]
         self.resumed_from = path
-
-    def _restore_rank(self, saved: dict[str, Any]) -> Optional[str]:
-        """This rank's RNGs and rollout state; None, or the warning to print. A state that
-        cannot be restored, for whatever reason, restarts this rank's envs and sampler
-        (a warning, never a traceback); one written on another device type keeps the envs
-        and re-seeds only the sampler."""
-        generation = self.state.update
-        try:
-            note = restore_rank_state(saved, self.rollout, generation)
-        except Exception as err:  # noqa: BLE001 - any unreadable rank state: start this rank's streams afresh
-            self.rollout.restart(generation)
-            self.rollout.reseed_sampler(generation)
-            warning = (f"warning: rank {self.rank}'s saved rollout state could not be restored ({one_line(err)}): "
-                       f"its environments and action sampler restarted; weights, optimizer and counters restored")
-            if self.rank != 0:  # rank 0's notes reach the console and the log; the others speak for themselves
-                print(warning, file=sys.stderr, flush=True)
-            return warning
-        return None if note is None else f"warning: {note}; weights, optimizer, counters and environments restored"
 
     # ------------------------------------------------------------------ the loop
 
@@ -162,9 +148,7 @@ class Trainer:
             finished = s.global_episodes >= c.episodes
             clock = self.clock
             capacity = self.steps * c.num_envs  # transitions (so at most episodes) per rank and rollout
-            limit = limit_seconds(c.time_limit)
-            projection = None if limit is None or self.rank != 0 else LimitProjection(
-                c, limit, s.global_episodes, s.env_steps, c.num_envs * self.world_size)
+            budget = self.budget
             seconds = None  # this rank's previous rollout, gather and update, for its env-steps/s
             while not finished:
                 tic = time.perf_counter()
@@ -174,10 +158,10 @@ class Trainer:
                     s.env_steps += self.steps * c.num_envs * self.world_size
                     local = self.rollout.finish()  # [T, N]
                 with clock("gather"):  # the iteration's one collective
-                    time_up = limit is not None and time.perf_counter() - start >= limit
                     batch, agreed = exchange(self.comm, local, records, s.rank_done, self.stop.signum or 0,
                                              seconds or time.perf_counter() - tic, capacity,
-                                             self.guard.last_update_bad, time_up)  # [T, N*W]
+                                             self.guard.last_update_bad, budget.time_up(time.perf_counter() - start),
+                                             budget.proposal())  # [T, N*W]
                 with clock("update"):
                     if self.world_size > 1:
                         self.guard.agree(s.update, agreed.bad_update_ranks)
@@ -186,7 +170,9 @@ class Trainer:
                 finished = agreed.finished or agreed.time_up
                 with clock("logging"):
                     update_totals = self._log_episodes(agreed.records)
-                    warning = projection and projection.check(time.perf_counter() - start, s.env_steps)
+                    if agreed.fitted_episodes:
+                        c = self._fit_episodes(agreed.fitted_episodes)
+                    warning = budget.observe(time.perf_counter() - start, s.env_steps, s.global_episodes)
                     if warning:
                         self.log.line(warning)
                 due = finished or bool(agreed.signum) or s.global_episodes >= s.next_checkpoint_at
@@ -205,10 +191,8 @@ class Trainer:
                 if s.update % c.sync_check_interval == 0 and self.world_size > 1:
                     with clock("sync check"):
                         parameters_in_sync(self.comm, self.agent, self.optimizer)
-            if s.global_episodes < c.episodes:  # --time-limit ended it
-                self.log.line(f"Time limit reached (--time-limit {c.time_limit}): stopped at episode "
-                              f"{s.global_episodes} of {c.episodes}{stop_note(c, s.global_episodes)}, checkpoint "
-                              f"saved; --resume goes on")
+            if s.global_episodes < c.episodes:  # --time-limit or --train-for ended it
+                self.log.line(time_up_line(c, s.global_episodes, budget.fitting))
             self.log.line(f"Training finished: {s.global_episodes} episodes, {s.update} updates, "
                           f"{s.env_steps} env steps in {time.perf_counter() - start:.1f}s")
             if os.environ.get(DUMP_FINAL_VARIABLE):
@@ -226,10 +210,24 @@ class Trainer:
 
     def _announce(self) -> None:
         """The log header and start-up lines: the batch split, where a resume started, the notes."""
-        self.log.header(self.config.to_dict(), self.world_size)
+        self.log.header(self.asked.to_dict(), self.world_size)
         for line in startup_lines(self.config, self.world_size, self.rank, self.state, self.resumed_from,
                                   self.holdout, self.notes):
             self.log.line(line)
+
+    def _fit_episodes(self, proposed: int) -> TrainConfig:
+        """--train-for: every rank takes rank 0's ``proposed`` episodes in the same iteration; from
+        here the run is one of that many episodes. Returns the run's config."""
+        s, fit = self.state, self.budget.fit
+        assert fit is not None
+        episodes = fit.settle(proposed, s.global_episodes)
+        self.config = dataclasses.replace(self.config, episodes=episodes)
+        left = remaining_episode_shares(episodes - s.global_episodes, [], self.world_size)  # split afresh
+        s.share = s.rank_episodes + left[self.rank]
+        self.total_updates_estimate = total_updates(self.config, self.world_size)
+        self.log.set_total(episodes)
+        self.log.line(fit.line(episodes, s.global_episodes))
+        return self.config
 
     def _ramp_costs(self) -> None:
         """--cost-warmup: this rollout's fee and slippage, a linear ramp over the run's first episodes."""
@@ -264,7 +262,8 @@ class Trainer:
         c, s = self.config, self.state
         lines, update_totals = s.count(records, c)
         for episode, totals in lines:
-            self.log.line(format_episode_line(episode, c.episodes, totals, self.world_size, self.device.type))
+            total = None if self.budget.fitting else c.episodes
+            self.log.line(format_episode_line(episode, total, totals, self.world_size, self.device.type))
         self.log.progress(s.global_episodes)
         return update_totals
 
@@ -295,6 +294,9 @@ class Trainer:
                 assert holdout is not None
                 s.best_holdout = {"episode": s.global_episodes, "line": holdout_line(s.global_episodes, holdout),
                                   **holdout_columns(holdout)}
-        checkpoint = s.checkpoint(self.config, self.world_size, self.agent, self.optimizer,
+        config = self.config  # a --train-for run stopped before its fit is recorded as a run of what it trained
+        if self.budget.fitting:
+            config = dataclasses.replace(config, episodes=max(1, s.global_episodes))
+        checkpoint = s.checkpoint(config, self.world_size, self.agent, self.optimizer,
                                   self.permutation_generator, ranks, score, self.data_fingerprint)
         self.checkpoints.save(checkpoint, s.update, is_best)

@@ -96,6 +96,9 @@ def _check_holdout(base: Any) -> tuple[float, Optional[str]]:
     from ..train.holdout import load_training_data
     from ..walkforward.tuned_span import span_text
 
+    if base.train_for is not None:
+        raise UsageError("--train-for would give every trial its own episode count, and the pruner compares trials at "
+                         "equal episodes; give --episodes, with --time-limit for a wall-time budget")
     if base.holdout <= 0 or (base.data is None and base.holdout_episodes <= 0):
         raise UsageError("the study scores trials on the hold-out, and --holdout 0 or --holdout-episodes 0 turns it "
                          "off; keep a hold-out")

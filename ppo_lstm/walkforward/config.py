@@ -114,6 +114,9 @@ def validate(wf: WalkForwardConfig, train: TrainConfig) -> None:
     if train.time_limit is not None:
         raise UsageError("--time-limit would end each job's training early, and the walk-forward would trade its "
                          "unfinished checkpoint; give fewer --episodes instead")
+    if train.train_for is not None:
+        raise UsageError("--train-for would size each job's episodes by this machine's speed, so the walk-forward "
+                         "would not reproduce; give --episodes instead")
     if train.holdout <= 0:
         raise UsageError("each fold's inner --holdout picks the checkpoint that trades its test window; "
                          "--holdout must be > 0 (e.g. 0.2)")

@@ -112,6 +112,7 @@ def test_an_unreachable_storage_is_one_line(tmp_path: Path) -> None:
     (["--out", "X", "--trials", "0"], ["at least 1"]),
     (["--out", "X", "--time-limit", "ten minutes"], ["--time-limit takes a positive duration"]),
     (["--out", "X", "--holdout-episodes", "0"], ["keep a hold-out"]),
+    (["--out", "X", "--train-for", "20s"], ["--train-for would give every trial its own episode count"]),
     (["--out", "X", "--report"], ["holds no study", "run the study first"]),
 ])
 def test_bad_flags_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str],

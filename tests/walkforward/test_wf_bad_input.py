@@ -50,6 +50,7 @@ def run(*args: object) -> tuple[int, str]:
      r"holds 9 bars of walk.csv; a test window needs at least window \+ 2 = 10"),
     (["--data", "{data}", "--out", "{out}", "--purge", "-1"], r"--purge must be >= 0"),
     (["--data", "{data}", "--out", "{out}", "--time-limit", "1h"], r"--time-limit would end each job's training early"),
+    (["--data", "{data}", "--out", "{out}", "--train-for", "1h"], r"--train-for would size each job's episodes"),
     (["--data", "{data}", "--out", "{out}", "--scheme", "rolling"], r"--scheme rolling needs --train-size"),
     (["--data", "{data}", "--out", "{out}", "--distributed", "--jobs", "2"], r"one job at a time"),
     (["--data", "{data}", "--out", "{out}", "--test-size", "1 year"], r"neither a count of bars"),
