@@ -106,7 +106,7 @@ class LimitProjection:
         return (f"warning: at {speed:,.0f} env-steps/s, --time-limit {c.time_limit} stops this run near episode "
                 f"{near:,.0f} of {c.episodes:,}, with {unfinished}, so the agent at the limit is not a finished "
                 f"one{costs}; for an agent finished within the limit, give --episodes {fits} or fewer (the "
-                f"schedules follow --episodes)")
+                f"schedules follow --episodes), or --train-for {c.time_limit} in place of --episodes")
 
 
 UNFITTED_EPISODES = 2 ** 50  # a --train-for run's episodes until they are fitted: never reached, exact in float64
