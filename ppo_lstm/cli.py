@@ -26,9 +26,6 @@ def preflight(config: TrainConfig, given: frozenset[str], world_size: int) -> Tr
     ``given`` flags; else ``config``, once the checkpoint dir is known to hold no run
     (or ``--overwrite`` says to move it aside).
     """
-    if config.train_for is not None and "episodes" in given:
-        raise UsageError(f"--train-for {config.train_for} sets the run's episodes from the time; drop --episodes, or "
-                         f"drop --train-for to train a number of episodes")
     directory = CheckpointDir(config.checkpoint_dir, config.keep_checkpoints)
     if config.resume and not config.overwrite:
         path, state, _ = newest_checkpoint(config)

@@ -211,6 +211,10 @@ def parse_command_line(argv: Optional[list[str]] = None, prog: Optional[str] = N
         values["data"] = values["data"][0]  # one path: the plain string, as runs have always stored it
     env = EnvConfig(**{k[4:]: v for k, v in values.items() if k.startswith("env.")})
     config = TrainConfig(env=env, **{k: v for k, v in values.items() if not k.startswith("env.")})
+    from_file = set(parsed.file.values) - set(parsed.overridden) if parsed.file is not None else set()
+    if config.train_for is not None and "episodes" in parsed.given - from_file:  # a file's --episodes yields
+        raise UsageError(f"--train-for {config.train_for} sets the run's episodes from the time; drop --episodes, or "
+                         f"drop --train-for to train a number of episodes")
     return CommandLine(config, parsed.given, parsed.print_config, parsed.describe())
 
 

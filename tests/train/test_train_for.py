@@ -135,6 +135,10 @@ def test_train_for_with_episodes_is_one_line_and_exit_2(tmp_path: Path):
     assert result.returncode == 2 and result.error_lines() == [
         "error: --train-for 10s sets the run's episodes from the time; drop --episodes, or drop --train-for to "
         "train a number of episodes"]
+    saved = tmp_path / "settings.yaml"  # --print-config's file names every setting, --episodes too: it yields
+    saved.write_text("episodes: 100\n")
+    from_file = cli_in_process(tmp_path, *TINY, "--config", str(saved), "--train-for", "0.001s")
+    assert from_file.returncode == 0, from_file.stderr
     bad = cli_in_process(tmp_path, *TINY, "--train-for", "soon")
     assert bad.returncode == 2 and bad.error_lines() == [
         "error: --train-for takes a positive duration such as 90s, 10min or 1h30m (a bare number is seconds), "
