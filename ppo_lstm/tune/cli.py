@@ -64,7 +64,7 @@ def _run(command: Any) -> int:
         raise UsageError(f"--out {out}: cannot create the directory ({err.strerror})") from None
     storage = make_storage(url)
     settings = {"space": _json(space.canonical()), "metric": tune.metric, "seeds": tune.seeds,
-                "time_limit": base.time_limit, "base": run_settings(base)}
+                "time_limit": base.time_limit, "train_for": base.train_for, "base": run_settings(base)}
     study, created = open_study(storage, tune.study_name, url)
     if created:
         queue_slots(study, tune.trials)
@@ -96,9 +96,6 @@ def _check_holdout(base: Any) -> tuple[float, Optional[str]]:
     from ..train.holdout import load_training_data
     from ..walkforward.tuned_span import span_text
 
-    if base.train_for is not None:
-        raise UsageError("--train-for would give every trial its own episode count, and the pruner compares trials at "
-                         "equal episodes; give --episodes, with --time-limit for a wall-time budget")
     if base.holdout <= 0 or (base.data is None and base.holdout_episodes <= 0):
         raise UsageError("the study scores trials on the hold-out, and --holdout 0 or --holdout-episodes 0 turns it "
                          "off; keep a hold-out")

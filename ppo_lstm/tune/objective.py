@@ -12,7 +12,9 @@ that checkpoint's hold-out figure (``--metric``: return in %, or the annualised 
 hold-out without a Sharpe ratio, as when the policy stayed flat, counts 0). Picked among the
 backtests on the very bars it is scored on, the score is a selection, and the report says so.
 At every hold-out backtest the trial reports the mean of its finished seeds' scores and the
-running seed's so far, at step ``seed index x --episodes + episode``; from its second backtest
+running seed's so far, at step ``seed index x --episodes + episode`` (with ``--train-for``, whose
+runs train their own episode counts, ``seed index x 10,000 + the ten-thousandths of the time
+passed``, so trials are compared at equal wall time); from its second backtest
 on (:data:`WARMUP_HOLDOUTS`: one noisy first backtest prunes nothing) the pruner may stop it:
 the training process gets SIGTERM, checkpoints and exits, and the trial ends PRUNED. A seed
 whose run ends backtests its ``best.pt`` again in its own process, for the hold-out's per-bar
@@ -49,6 +51,20 @@ from ..errors import UsageError, one_line
 from .holdout_alpha import HoldoutMeasure, read_measure, write_measure
 from .queue import beat
 from .space import Space, apply
+from ..train.time_limit import limit_seconds
+
+
+TIME_STEPS = 10_000  # --train-for: a seed's report steps, the ten-thousandths of its time
+
+
+def report_step(config: TrainConfig, index: int, row: dict[str, str]) -> int:
+    """The pruner's step of seed ``index``'s hold-out ``row`` of ``metrics.csv``: its episode, after
+    every earlier seed's ``--episodes``; with ``--train-for`` (runs of their own episode counts),
+    its share of the time, in :data:`TIME_STEPS`, after every earlier seed's."""
+    if config.train_for is None:
+        return index * config.episodes + int(float(row["episodes"]))
+    seconds = limit_seconds(config.train_for, "--train-for") or 1.0
+    return index * TIME_STEPS + min(TIME_STEPS - 1, int(TIME_STEPS * float(row["wall_time_s"]) / seconds))
 
 WARMUP_HOLDOUTS = 1  # a trial's first hold-out backtests that the pruner never judges
 POLL_S = 0.25
@@ -185,7 +201,7 @@ class TrialRunner:
             child.start()
             while True:
                 alive = child.is_alive()
-                if self._read(trial, run_dir / "metrics.csv", seed, index, done, config.episodes):
+                if self._read(trial, run_dir / "metrics.csv", seed, index, done, config):
                     self._stop(child, trial)
                     self._record(trial, done + [seed])
                     raise optuna.TrialPruned()
@@ -211,7 +227,7 @@ class TrialRunner:
         return seed
 
     def _read(self, trial: optuna.trial.Trial, metrics: Path, seed: SeedRun, index: int, done: list[SeedRun],
-              episodes: int) -> bool:
+              config: TrainConfig) -> bool:
         """Report the hold-out rows of ``metrics`` not read yet; True when the pruner stops the trial."""
         try:
             with open(metrics, newline="", encoding="utf-8") as handle:
@@ -230,7 +246,7 @@ class TrialRunner:
                 seed.buy_and_hold = _float(row.get("holdout_buy_and_hold_pct"))
                 seed.best = ret if self.metric == "return" else seed.sharpe
             so_far = statistics.fmean([s.best for s in done] + [seed.best])
-            trial.report(so_far, step=index * episodes + int(float(row["episodes"])))
+            trial.report(so_far, step=report_step(config, index, row))
             warm = sum(s.backtests for s in done) + seed.backtests > WARMUP_HOLDOUTS
             if warm and trial.should_prune():
                 return True

@@ -97,14 +97,18 @@ COLUMNS = (("seed std", 8, lambda t: t.user_attrs.get("score_std")),
            ("alpha sharpe", 12, _alpha_annual))
 
 
-def objective_lines(study: optuna.Study, metric: str, seeds: int, time_limit: Optional[str] = None) -> list[str]:
-    """What a trial's score is (with ``time_limit``, at equal wall time), and that it is a selection
-    on the bars it is scored on."""
+def objective_lines(study: optuna.Study, metric: str, seeds: int, time_limit: Optional[str] = None,
+                    train_for: Optional[str] = None) -> list[str]:
+    """What a trial's score is (with ``time_limit`` or ``train_for``, at equal wall time), and that
+    it is a selection on the bars it is scored on."""
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     counts = [n for t in done for n in t.user_attrs.get("holdout_backtests", [])]
     among = f"the best of its run's {int(statistics.median(counts))} hold-out backtests" if counts else \
         "the best of its run's hold-out backtests"
     budget = "" if time_limit is None else f", each seed trained for at most {time_limit} of wall time (--time-limit)"
+    if train_for is not None:
+        budget = f", each seed trained for {train_for} of wall time, its episodes fitted to it (--train-for)" + (
+            "" if time_limit is None else f", and stopped at {time_limit} at most (--time-limit)")
     return [f"Objective: the hold-out {'return (%)' if metric == 'return' else 'Sharpe ratio'} of each seed's "
             f"best.pt, mean over {seeds} seed(s) per trial{budget}",
             f"A selection: each seed's best.pt is {among} by hold-out return, on the very bars it is scored on, "
@@ -140,7 +144,7 @@ def report_lines(study: optuna.Study, url: str, out: Path) -> list[str]:
              f"{counts[TrialState.FAIL]} failed, {counts[TrialState.RUNNING]} running, "
              f"{counts[TrialState.WAITING]} waiting",
              *objective_lines(study, settings.get("metric", "return"), settings.get("seeds", 1),
-                              settings.get("time_limit"))]
+                              settings.get("time_limit"), settings.get("train_for"))]
     best = write_best(study, out)
     if best is None:
         lines.append("No complete trial yet: no best.yaml")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ppo_lstm.config import TrainConfig
 from ppo_lstm.tune.objective import SeedRun, TrialRunner
 
 # hold-out return, Sharpe, buy-and-hold per backtest: the best return (12.0) is not the best Sharpe (2.5)
@@ -36,7 +37,7 @@ def read(tmp_path: Path, metric: str) -> tuple[SeedRun, FakeTrial]:
         writer.writerows([(4 * (k + 1), *row) for k, row in enumerate(ROWS)])
     runner = TrialRunner(None, None, None, str(tmp_path), 1, metric, 10.0, 252.0, 1)  # type: ignore[arg-type]
     seed, trial = SeedRun(), FakeTrial()
-    assert not runner._read(trial, path, seed, 0, [], 16)  # type: ignore[arg-type]
+    assert not runner._read(trial, path, seed, 0, [], TrainConfig(episodes=16))  # type: ignore[arg-type]
     return seed, trial
 
 

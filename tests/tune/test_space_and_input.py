@@ -112,7 +112,7 @@ def test_an_unreachable_storage_is_one_line(tmp_path: Path) -> None:
     (["--out", "X", "--trials", "0"], ["at least 1"]),
     (["--out", "X", "--time-limit", "ten minutes"], ["--time-limit takes a positive duration"]),
     (["--out", "X", "--holdout-episodes", "0"], ["keep a hold-out"]),
-    (["--out", "X", "--train-for", "20s"], ["--train-for would give every trial its own episode count"]),
+    (["--out", "X", "--train-for", "soon"], ["--train-for takes a positive duration"]),
     (["--out", "X", "--report"], ["holds no study", "run the study first"]),
 ])
 def test_bad_flags_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str],
@@ -133,3 +133,16 @@ def test_without_optuna_the_error_names_the_install_command(monkeypatch: pytest.
     code, _, err = run_main("--out", "X")
     assert code == 2
     assert_one_line(err, "needs Optuna and SQLAlchemy", "pip install 'ppo-lstm-trader[tune]'")
+
+
+def test_the_pruners_step_is_the_episode_or_with_train_for_the_share_of_the_time() -> None:
+    from ppo_lstm.config import TrainConfig
+    from ppo_lstm.tune.objective import TIME_STEPS, report_step
+
+    row = {"episodes": "300", "wall_time_s": "5.0"}
+    assert report_step(TrainConfig(episodes=1000), 0, row) == 300
+    assert report_step(TrainConfig(episodes=1000), 2, row) == 2_300  # after two seeds' 1,000 episodes
+    timed = TrainConfig(train_for="20s")
+    assert report_step(timed, 0, row) == TIME_STEPS // 4  # 5 s of 20
+    assert report_step(timed, 1, row) == TIME_STEPS + TIME_STEPS // 4
+    assert report_step(timed, 0, {"episodes": "9", "wall_time_s": "25.0"}) == TIME_STEPS - 1  # past the time

@@ -138,6 +138,24 @@ def test_a_wall_time_objective_gives_every_trial_the_same_time_limit(tmp_path: P
     assert code == 2 and 'created with time_limit = "2s", this command gives "5s"' in err
 
 
+def test_train_for_gives_every_trial_the_same_time_with_its_episodes_fitted(tmp_path: Path) -> None:
+    space = write_space(tmp_path / "space.yaml", SPACE)
+    budget = ["--space", space, "--trials", "2", "--train-for", "2s"]
+    result = start_tune(tmp_path, "--out", "study", *budget).wait(300)
+    assert result.returncode == 0, result.output
+    trials = trials_of(f"sqlite:///{tmp_path / 'study' / 'study.db'}", "study")
+    assert_exactly(trials, 2)
+    assert all(t.state.name == "COMPLETE" and math.isfinite(t.value) for t in trials)
+    for t in trials:  # every trial's run fitted its episodes to the time (its config file's episodes yield)
+        log = (tmp_path / "study" / f"trial-{t.number:04d}" / "training.log").read_text()
+        assert "--train-for 2s: at " in log and "episodes fit in the time" in log
+        steps = sorted(t.intermediate_values)  # the pruner's steps: ten-thousandths of the time
+        assert steps and all(0 <= step < 10_000 for step in steps)
+    assert "each seed trained for 2s of wall time, its episodes fitted to it (--train-for)" in result.stdout
+    code, _, err = run_main("--out", str(tmp_path / "study"), *budget[:-1], "3s")  # another time: refused
+    assert code == 2 and 'created with train_for = "2s", this command gives "3s"' in err
+
+
 def test_a_space_can_decide_on_ema_spans(tmp_path: Path) -> None:
     """``ema-spans: {choice: ["", "5"]}`` in a space file: each trial trains, and saves, the
     observation its sampled value gives (no spans, or one EMA entry more)."""
