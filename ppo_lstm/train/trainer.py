@@ -89,6 +89,7 @@ class Trainer:
         self.data_fingerprint = data_fingerprint(data, split)  # None where this rank simulates
         self.state = RunState.fresh(config, self.rank, self.world_size)
         self.resumed_from: Optional[Path] = None
+        self.holdout_at = -1  # the episode count of rank 0's last hold-out line
         if resume is not None:
             self._restore(*resume)
 
@@ -271,8 +272,11 @@ class Trainer:
         """Rank 0 backtests the current weights on the hold-out and logs the line; None without one."""
         if self.holdout is None:
             return None
-        result = self.holdout.run(self.agent, self.device)
-        self.log.line(holdout_line(self.state.global_episodes, result))
+        s, result = self.state, self.holdout.run(self.agent, self.device)
+        again = s.global_episodes == self.holdout_at  # a stop between rounds: later weights, the same count
+        self.log.line(holdout_line(s.global_episodes, result) + (f" (update {s.update}, after the line above at "
+                                                                 f"this episode count)" if again else ""))
+        self.holdout_at = s.global_episodes
         return result
 
     def _checkpoint(self, holdout: Optional[HoldoutResult]) -> None:

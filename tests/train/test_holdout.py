@@ -267,3 +267,21 @@ def test_no_skill_out_of_sample_on_a_random_walk(tmp_path):
     held_bars = bars // 2
     standard_error = 100.0 * sigma * math.sqrt(held_bars) / math.sqrt(seeds)
     assert abs(float(np.mean(gross))) < 3.0 * standard_error, (gross, standard_error)
+
+
+def test_a_second_holdout_at_the_same_episode_count_names_its_update(tmp_path):
+    """A stop between two rounds of episodes (--time-limit) backtests later weights at the episode count
+    of the periodic hold-out just before it: the second line says which update it is."""
+    trainer = Trainer(tiny_config(tmp_path), Worker(LocalComm(), 0, torch.device("cpu")), None, StopRequest())
+    try:
+        trainer._run_holdout()
+        trainer.state.update = 3
+        trainer._run_holdout()
+        trainer.state.global_episodes = 2
+        trainer._run_holdout()
+    finally:
+        trainer.log.close()
+    lines = [line for line in (tmp_path / "train.log").read_text().splitlines() if line.startswith("Holdout @")]
+    assert [re.match(r"Holdout @ episode (\d+) - ", line).group(1) for line in lines] == ["0", "0", "2"]
+    assert HOLDOUT_LINE.match(lines[0]) and HOLDOUT_LINE.match(lines[2])  # the usual lines, nothing added
+    assert lines[1].endswith("% (update 3, after the line above at this episode count)")
