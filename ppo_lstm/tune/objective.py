@@ -53,7 +53,6 @@ from .queue import beat
 from .space import Space, apply
 from ..train.time_limit import limit_seconds
 
-
 TIME_STEPS = 10_000  # --train-for: a seed's report steps, the ten-thousandths of its time
 
 
@@ -65,6 +64,7 @@ def report_step(config: TrainConfig, index: int, row: dict[str, str]) -> int:
         return index * config.episodes + int(float(row["episodes"]))
     seconds = limit_seconds(config.train_for, "--train-for") or 1.0
     return index * TIME_STEPS + min(TIME_STEPS - 1, int(TIME_STEPS * float(row["wall_time_s"]) / seconds))
+
 
 WARMUP_HOLDOUTS = 1  # a trial's first hold-out backtests that the pruner never judges
 POLL_S = 0.25
