@@ -92,6 +92,12 @@ class RunState:
         self.next_checkpoint_at = (self.global_episodes // checkpoint_interval + 1) * checkpoint_interval
         return score
 
+    def split_afresh(self, episodes: int, rank: int, world_size: int) -> None:
+        """This rank's share of a run of ``episodes``: what it has counted, and its part of what is
+        left, split over the ranks as at a fresh start (a resume onto another layout, a --train-for fit)."""
+        self.share = self.rank_episodes + remaining_episode_shares(max(0, episodes - self.global_episodes), [],
+                                                                   world_size)[rank]
+
     def offer_best(self, score: float) -> bool:
         """Whether ``score`` beats every earlier checkpoint's (then it is the best so far)."""
         is_best = score > self.best_score
@@ -154,7 +160,7 @@ class RunState:
             self.share = self.rank_episodes + remaining_episode_shares(config.episodes, done, world_size)[rank]
             return None
         self.rank_episodes = 0
-        self.share = remaining_episode_shares(max(0, config.episodes - self.global_episodes), [], world_size)[rank]
+        self.split_afresh(config.episodes, rank, world_size)
         why = (f"the checkpoint was written by {saved_world} worker(s) x {saved_envs} envs and this run has "
                f"{world_size} x {config.num_envs}" if not same_layout else "the environment settings changed")
         also = "" if same_market else "; best.pt is chosen afresh from here on"

@@ -176,12 +176,11 @@ class TimeBudget:
     cuts the schedules short, and ``--train-for``'s episode fit."""
 
     def __init__(self, config: "TrainConfig", rank: int, world_size: int, episodes: int, env_steps: int) -> None:
-        limits = [x for x in (limit_seconds(config.time_limit), limit_seconds(config.train_for, "--train-for"))
-                  if x is not None]
-        self.seconds = min(limits) if limits else None
         self.rank, round_size = rank, config.num_envs * world_size
         self.fit = (None if config.train_for is None
                     else EpisodeFit(config.train_for, config.env.episode_length, round_size))
+        limits = [x for x in (limit_seconds(config.time_limit), self.fit and self.fit.seconds) if x]
+        self.seconds = min(limits) if limits else None
         self.projection = (LimitProjection(config, self.seconds, episodes, env_steps, round_size)
                            if self.seconds is not None and self.fit is None and rank == 0 else None)
 

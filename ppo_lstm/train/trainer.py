@@ -29,7 +29,7 @@ from ..algo.buffer import RolloutBatch
 from ..rundir.checkpoint import RUN_LOG_NAME, CheckpointDir
 from ..batch_rule import learning_rates, steps_per_env, total_updates
 from ..config import TrainConfig
-from ..distributed import Worker, parameters_in_sync, remaining_episode_shares, trades_history
+from ..distributed import Worker, parameters_in_sync, trades_history
 from ..distributed.cuda import require_bf16
 from .data_fingerprint import check_resume_data, data_fingerprint
 from .guard import UpdateGuard, outputs_finite
@@ -223,8 +223,7 @@ class Trainer:
         assert fit is not None
         episodes = fit.settle(proposed, s.global_episodes)
         self.config = dataclasses.replace(self.config, episodes=episodes)
-        left = remaining_episode_shares(episodes - s.global_episodes, [], self.world_size)  # split afresh
-        s.share = s.rank_episodes + left[self.rank]
+        s.split_afresh(episodes, self.rank, self.world_size)
         self.total_updates_estimate = total_updates(self.config, self.world_size)
         self.log.set_total(episodes)
         self.log.line(fit.line(episodes, s.global_episodes))
@@ -262,8 +261,8 @@ class Trainer:
         Returns the update's totals."""
         c, s = self.config, self.state
         lines, update_totals = s.count(records, c)
+        total = None if self.budget.fitting else c.episodes  # not known before a --train-for fit
         for episode, totals in lines:
-            total = None if self.budget.fitting else c.episodes
             self.log.line(format_episode_line(episode, total, totals, self.world_size, self.device.type))
         self.log.progress(s.global_episodes)
         return update_totals
