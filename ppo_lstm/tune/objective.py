@@ -48,10 +48,10 @@ import optuna
 
 from ..config import TrainConfig, config_yaml, validate
 from ..errors import UsageError, one_line
+from ..train.time_limit import limit_seconds
 from .holdout_alpha import HoldoutMeasure, read_measure, write_measure
 from .queue import beat
 from .space import Space, apply
-from ..train.time_limit import limit_seconds
 
 TIME_STEPS = 10_000  # --train-for: a seed's report steps, the ten-thousandths of its time
 
