@@ -28,6 +28,7 @@ scores: ``bench/learning_ceiling.py``; the training jobs: ``bench/learning_jobs.
     python bench/learning.py --markets regime-10bps --steps 384000 --no-sb3
     python bench/learning.py --set ent_coef=0.03 --set update_interval=512    # TrainConfig overrides
     python bench/learning.py --no-sb3 --seeds 6 --workers 1,2   # 1 worker against 2 gloo workers (~9 min)
+    python bench/learning.py --markets signal-5bps --no-sb3 --pick best   # score best.pt, the hold-out's pick
 
 Markets: regime-1bp, regime-10bps, ou-10bps, regime-10bps-csv, signal-5bps (fee as named,
 slippage 0, every other EnvConfig field at its default).
@@ -126,6 +127,10 @@ def main() -> None:
                              "with that many gloo workers (as --distributed --device cpu), one run at a time")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="TrainConfig override for ppo-lstm-trader (env fields as env.NAME), repeatable")
+    parser.add_argument("--pick", choices=("final", "best"), default="final",
+                        help="which weights of a ppo-lstm-trader run to score: the final ones, or best.pt, the "
+                             "hold-out's pick over the checkpoints every --checkpoint-interval episodes (what "
+                             "evaluate-ppo-lstm --checkpoint DIR loads; its hold-out backtests count in the seconds)")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny budgets, 1 seed, 100 test episodes")
     parser.add_argument("--json-out", type=Path, help="also write the JSON line here")
     args = parser.parse_args()
@@ -162,11 +167,11 @@ def main() -> None:
             common.update(train_csv=str(train_csv), test_csv=str(test_csv),
                           additive=bool(MARKETS[name].get("additive")))
             setups[name].update(train_drift=train_drift, test_drift=test_drift)
-        jobs += [{**common, "kind": "ours", "seed": s, "steps": args.steps, "overrides": overrides, "workers": w}
-                 for w in worker_counts for s in range(1, args.seeds + 1)]
+        jobs += [{**common, "kind": "ours", "seed": s, "steps": args.steps, "overrides": overrides, "workers": w,
+                  "pick": args.pick} for w in worker_counts for s in range(1, args.seeds + 1)]
         if MARKETS[name].get("features"):  # the same agent blind to the columns
             jobs += [{**common, "kind": "ours", "seed": s, "steps": args.steps, "overrides": overrides, "workers": 1,
-                      "no_features": True} for s in range(1, args.seeds + 1)]
+                      "no_features": True, "pick": args.pick} for s in range(1, args.seeds + 1)]
         if sb3:
             jobs += [{**common, "kind": "sb3", "seed": s, "steps": args.sb3_steps, "overrides": {}}
                      for s in range(1, args.sb3_seeds + 1)]
@@ -194,7 +199,7 @@ def main() -> None:
     done += [run_job(job) for job in launched]  # one at a time, after the pool: each uses every core
 
     report: dict[str, Any] = {"bench": "learning", "steps": args.steps, "sb3_steps": args.sb3_steps if sb3 else None,
-                              "seeds": args.seeds, "episodes": args.episodes, "overrides": overrides,
+                              "seeds": args.seeds, "episodes": args.episodes, "overrides": overrides, "pick": args.pick,
                               "quick": args.quick, "markets": {}}
     for name in names:
         base = setups[name]["baselines"]
@@ -213,14 +218,15 @@ def main() -> None:
                 label += f" --features {MARKETS[name]['features']}"
             rows[f"{label} mean of {len(ours)}"] = {
                 "bps_per_bar": float(np.mean(scores)), "turnover": float(np.mean([r["turnover"] for r in ours])),
-                "note": f"{args.steps} steps/seed, entropy at end {np.mean([r['final_entropy'] for r in ours]):.2f}"}
+                "note": f"{args.steps} steps/seed{', best.pt' if args.pick == 'best' else ''}, entropy at end {np.mean([r['final_entropy'] for r in ours]):.2f}"}
             worst = min(ours, key=lambda r: r["bps_per_bar"])
             rows[f"{label} worst seed"] = {"bps_per_bar": worst["bps_per_bar"], "turnover": worst["turnover"],
                                            "note": f"seed {worst['seed']}"}
             for r in ours:
                 rows[f"  seed {r['seed']}" + (f", {workers} workers" if workers > 1 else "")] = {
                     "bps_per_bar": r["bps_per_bar"], "turnover": r["turnover"],
-                    "note": f"entropy {r['final_entropy']:.2f}, train {r['wall_s']:.0f}s"}
+                    "note": f"entropy {r['final_entropy']:.2f}, train {r['wall_s']:.0f}s"
+                            + (f", best.pt at {r['picked_env_steps']} steps" if args.pick == "best" else "")}
             by_workers[workers] = {"scores": scores, "worst": worst["bps_per_bar"], "per_seed": ours}
         blind = sorted((d["result"] for d in done if d["market"] == name and d.get("no_features")),
                        key=lambda r: r["seed"])

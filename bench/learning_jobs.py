@@ -43,7 +43,8 @@ def train_ours(job: dict[str, Any]) -> dict[str, Any]:
     ``workers`` > 1, in this process, which launches the workers as the CLI does)."""
     torch.set_num_threads(1)
     from ppo_lstm.train.build import build_agent
-    from ppo_lstm.rundir.checkpoint import CheckpointDir
+    from ppo_lstm.evaluation.loading import load_policy
+    from ppo_lstm.rundir.checkpoint import BEST_NAME, CheckpointDir, load_checkpoint
     from ppo_lstm.config import TrainConfig
     from ppo_lstm.distributed import LocalComm, Worker, launch
     from ppo_lstm.train.shutdown import StopRequest
@@ -57,9 +58,14 @@ def train_ours(job: dict[str, Any]) -> dict[str, Any]:
     if job.get("no_features"):  # the blind agent: no columns, so no window for them either
         env = replace(env, features=None, feature_window=EnvConfig.feature_window)
     episodes = max(8, job["steps"] // env.episode_length)
+    # "final": the weights at the end (one checkpoint, at the end); "best": best.pt, the
+    # hold-out's pick over the checkpoints written at --checkpoint-interval, as a user's run keeps it
+    pick_best = job.get("pick", "final") == "best"
+    interval = overrides.pop("checkpoint_interval", TrainConfig.checkpoint_interval)
+    interval = interval if pick_best else 10**9
     with tempfile.TemporaryDirectory() as tmp:
         config = TrainConfig(episodes=episodes, seed=job["seed"], progress=False, log_file=os.path.join(tmp, "log"),
-                             checkpoint_dir=tmp, checkpoint_interval=10**9, log_interval=10**9,
+                             checkpoint_dir=tmp, checkpoint_interval=interval, log_interval=10**9,
                              data=job.get("train_csv"), env=env, **overrides)
         workers = job.get("workers", 1)
         with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):  # the trainer's log lines
@@ -77,6 +83,10 @@ def train_ours(job: dict[str, Any]) -> dict[str, Any]:
                 agent.load_state_dict(state["model"])
                 env_steps = state["counters"]["env_steps"]
         wall = time.perf_counter() - start
+        picked_steps = env_steps
+        if pick_best:
+            agent, _ = load_policy(os.path.join(tmp, BEST_NAME))
+            picked_steps = load_checkpoint(os.path.join(tmp, BEST_NAME))["counters"]["env_steps"]
         with open(os.path.join(tmp, "metrics.csv")) as f:
             rows = list(csv.DictReader(f))
         tail = rows[-max(1, len(rows) // 10):]
@@ -88,7 +98,8 @@ def train_ours(job: dict[str, Any]) -> dict[str, Any]:
     else:
         result = backtest_simulated(agent, env, job["episodes"], EVAL_SEED)
     out = score_backtest(result, additive=bool(job.get("additive")))
-    out.update(seed=job["seed"], wall_s=wall, env_steps=env_steps, final_entropy=entropy, workers=workers)
+    out.update(seed=job["seed"], wall_s=wall, env_steps=env_steps, final_entropy=entropy, workers=workers,
+               pick=job.get("pick", "final"), picked_env_steps=picked_steps)
     return out
 
 

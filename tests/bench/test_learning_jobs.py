@@ -17,3 +17,21 @@ def test_the_blind_agent_trains_beside_a_feature_window_override(tmp_path):
            "test_csv": str(test_csv), "additive": True}
     result = run_job({**job, "no_features": True})["result"]  # the featured run with the window: tests/envs
     assert result["env_steps"] >= 1024 and result["bps_per_bar"] == result["bps_per_bar"]  # ran, and scored
+
+
+def test_the_best_pick_scores_best_pt_which_is_the_final_weights_when_the_end_is_the_only_checkpoint():
+    job = {"market": "regime-10bps", "episodes": 10, "kind": "ours", "seed": 1, "steps": 2048, "workers": 1,
+           "overrides": {"num_envs": 8, "checkpoint_interval": 10**9}}
+    final = run_job({**job, "pick": "final"})["result"]
+    best = run_job({**job, "pick": "best"})["result"]  # best.pt, loaded from its file
+    assert (final["pick"], best["pick"]) == ("final", "best")
+    assert best["bps_per_bar"] == final["bps_per_bar"] and best["turnover"] == final["turnover"]
+    assert best["picked_env_steps"] == final["picked_env_steps"] == final["env_steps"]
+
+
+def test_the_best_pick_keeps_the_hold_outs_choice_over_several_checkpoints():
+    job = {"market": "regime-10bps", "episodes": 10, "kind": "ours", "seed": 1, "steps": 4096, "workers": 1,
+           "overrides": {"num_envs": 8, "checkpoint_interval": 8, "holdout_episodes": 4}, "pick": "best"}
+    result = run_job(job)["result"]  # 4 rounds of 8 episodes: a checkpoint, and a hold-out backtest, after each
+    assert result["env_steps"] == 4096 and result["bps_per_bar"] == result["bps_per_bar"]
+    assert result["picked_env_steps"] in (1024, 2048, 3072, 4096)
