@@ -3,8 +3,9 @@
 Trains ppo-lstm-trader in-process on ``--device`` (the CLI's loop, no hold-out, no
 checkpoints) with the batch rule's defaults: ``--num-envs N`` alone, so each update
 takes 16 steps of every env (a batch of 16 N), 4 epochs of 4 minibatches, and both
-Adam rates x min(sqrt(16 N / 128), 8). ``--rate-cap X`` adds runs at rates x
-min(sqrt(16 N / 128), X), given explicitly: X = 1000 is the uncapped sqrt rule.
+Adam rates x min(sqrt(16 N / 128), 4), the trainer's default ``--rate-cap``. This script's
+``--rate-cap X`` adds runs at rates x min(sqrt(16 N / 128), X), given explicitly: X = 1000 is the
+uncapped sqrt rule, X = 8 the cap the trainer had before (bench/results/gpu_learning_nvidia_h200.txt).
 
 Every ``--eval-every`` updates (and at the start) the policy is scored GREEDILY on the
 same ``--episodes`` held-out episodes (``evaluation_seeds(0, episodes)``), as

@@ -3,8 +3,8 @@ rates follow ``--num-envs`` and the worker count (docs/batch_scaling.md).
 
 Every rank all-gathers its rollout, so the batch grows with the envs and the workers:
 U = :data:`STEPS_PER_ENV` x envs x workers unless ``--update-interval`` sets it, and the
-rates left to the rule are :data:`BASE_RATES` x min(sqrt(U / :data:`BASE_BATCH`),
-:data:`MAX_RATE_SCALE`). The functions read a :class:`~ppo_lstm.config.TrainConfig`.
+rates left to the rule are :data:`BASE_RATES` x min(sqrt(U / :data:`BASE_BATCH`), ``--rate-cap``)
+(:data:`DEFAULT_RATE_CAP` unless given). The functions read a :class:`~ppo_lstm.config.TrainConfig`.
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 STEPS_PER_ENV = 16  # rollout length T of every env per update when --update-interval is not given
 BASE_BATCH = 128  # the batch the base learning rates were tuned at (8 envs x 16 steps, one worker)
 BASE_RATES = (3e-4, 1e-3)  # (actor, critic) Adam rates at BASE_BATCH; x sqrt(U / BASE_BATCH) at batch U
-MAX_RATE_SCALE = 8.0  # ... up to this scale, reached at a batch of 8,192 (docs/batch_scaling.md)
+DEFAULT_RATE_CAP = 4.0  # ... up to this scale (--rate-cap), reached at a batch of 2,048 (docs/batch_scaling.md)
+SAVED_RATE_CAP = 8.0  # the cap of a checkpoint written before --rate-cap existed: it resumes at the rates it had
 
 
 def update_batch(config: TrainConfig, world_size: int = 1) -> int:
@@ -32,19 +33,20 @@ def update_batch(config: TrainConfig, world_size: int = 1) -> int:
     return STEPS_PER_ENV * config.num_envs * world_size
 
 
-def batch_rate_scale(batch: int, cap: float = MAX_RATE_SCALE) -> float:
+def batch_rate_scale(batch: int, cap: float = DEFAULT_RATE_CAP) -> float:
     """min(sqrt(batch / BASE_BATCH), cap): how the default learning rates grow with the batch.
 
     A batch k times larger gives k times fewer updates on the same env steps, each with
-    a gradient of less noise; Adam's rates then scale by sqrt(k), up to x8 (a batch of
-    8,192), beyond which larger rates learned less on one GPU (evidence from 128 to
-    262,144 transitions: docs/batch_scaling.md)."""
+    a gradient of less noise; Adam's rates then scale by sqrt(k), up to the cap: x4 (a
+    batch of 2,048) by default. At equal wall time on the CPU, x4 learned as well as or
+    better than x8 at batches of 8,192 and 65,536, and x8 lost the signal market at 8,192;
+    uncapped rates learned less on one GPU (evidence: docs/batch_scaling.md)."""
     return min(math.sqrt(batch / BASE_BATCH), cap)
 
 
 def rate_scale(config: TrainConfig, world_size: int = 1) -> float:
-    """:func:`batch_rate_scale` of the run's batch U (:func:`update_batch`)."""
-    return batch_rate_scale(update_batch(config, world_size))
+    """:func:`batch_rate_scale` of the run's batch U (:func:`update_batch`), capped at ``--rate-cap``."""
+    return batch_rate_scale(update_batch(config, world_size), config.rate_cap)
 
 
 def learning_rates(config: TrainConfig, world_size: int = 1) -> tuple[float, float]:
@@ -63,7 +65,7 @@ def describe_batch(config: TrainConfig, world_size: int = 1) -> str:
     rule = ("--update-interval" if config.update_interval is not None
             else f"default: {STEPS_PER_ENV} steps x envs x workers")
     actor, critic = learning_rates(config, world_size)
-    scale = _scale_text(u)
+    scale = _scale_text(u, config.rate_cap)
     if config.learning_rate_actor is None and config.learning_rate_critic is None:
         how = f"{BASE_RATES[0]:g} / {BASE_RATES[1]:g} {scale}"
     elif config.learning_rate_actor is None:
@@ -77,10 +79,10 @@ def describe_batch(config: TrainConfig, world_size: int = 1) -> str:
             f"{config.epochs} epochs; learning rates {actor:.3g} / {critic:.3g} ({how})")
 
 
-def _scale_text(batch: int) -> str:
+def _scale_text(batch: int, cap: float) -> str:
     root = batch_rate_scale(batch, cap=math.inf)
-    return (f"x sqrt({batch}/{BASE_BATCH}) = x{root:.3g}" if root <= MAX_RATE_SCALE
-            else f"x{MAX_RATE_SCALE:g}, the cap, as sqrt({batch}/{BASE_BATCH}) = {root:.3g} is more")
+    return (f"x sqrt({batch}/{BASE_BATCH}) = x{root:.3g}" if root <= cap
+            else f"x{cap:g}, the cap (--rate-cap), as sqrt({batch}/{BASE_BATCH}) = {root:.3g} is more")
 
 
 def steps_per_env(config: TrainConfig, world_size: int = 1) -> int:

@@ -23,7 +23,8 @@ from envs.config import EnvConfig
 from .rundir.checkpoint import RUN_CONFIG_NAME, atomic_write_bytes
 from .config_file import (DefaultsHelpFormatter, ParsedArgs, add_config_options, add_field_flag, dump_settings,
                           flag_name, parse_args)
-from .batch_rule import BASE_BATCH, BASE_RATES, MAX_RATE_SCALE, STEPS_PER_ENV, steps_per_env, update_batch
+from .batch_rule import (BASE_BATCH, BASE_RATES, DEFAULT_RATE_CAP, SAVED_RATE_CAP, STEPS_PER_ENV, steps_per_env,
+                         update_batch)
 from .errors import OneLineParser, UsageError
 from .train.time_limit import limit_seconds
 
@@ -105,12 +106,15 @@ class TrainConfig:
                                                    f"x --num-envs x workers)")
     learning_rate_actor: Optional[float] = _f(
         None, PPO, f"Adam learning rate of encoder, LSTM and policy head (default: {BASE_RATES[0]:g} x "
-                   f"min(sqrt(U / {BASE_BATCH}), {MAX_RATE_SCALE:g}) at a batch of U transitions; a given rate is "
+                   f"min(sqrt(U / {BASE_BATCH}), --rate-cap) at a batch of U transitions; a given rate is "
                    f"used as it is)")
     learning_rate_critic: Optional[float] = _f(
         None, PPO, f"Adam learning rate of the value head (default: {BASE_RATES[1]:g} x min(sqrt(U / {BASE_BATCH}), "
-                   f"{MAX_RATE_SCALE:g}); "
-                   f"a given rate is used as it is)")
+                   f"--rate-cap); a given rate is used as it is)")
+    rate_cap: float = _f(DEFAULT_RATE_CAP, PPO, f"the most the batch rule scales the default learning rates by "
+                                                f"(x sqrt(U / {BASE_BATCH}) up to this; {DEFAULT_RATE_CAP:g} is reached "
+                                                f"at a batch of {int(BASE_BATCH * DEFAULT_RATE_CAP ** 2)}); a given "
+                                                f"rate is not scaled")
     gamma: float = _f(0.99, PPO, "discount factor")
     gae_lambda: float = _f(0.95, PPO, "GAE lambda")
     clip: float = _f(0.2, PPO, "PPO ratio clip range")
@@ -166,6 +170,7 @@ class TrainConfig:
         names = {f.name for f in dataclasses.fields(cls)} - {"env"}
         fields = {k: v for k, v in values.items() if k in names}
         fields.setdefault("cost_warmup", 0.0)  # a run saved before --cost-warmup existed trained at full costs
+        fields.setdefault("rate_cap", SAVED_RATE_CAP)  # ... and before --rate-cap, at rates capped at x8
         return cls(env=env, **fields)
 
 
@@ -300,7 +305,7 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
         raise UsageError(f"--threads must be at least 1, got {config.threads}")
     limit_seconds(config.time_limit)
     limit_seconds(config.train_for, "--train-for")
-    for name in ("clip", "max_grad_norm", "dist_timeout"):
+    for name in ("clip", "max_grad_norm", "dist_timeout", "rate_cap"):
         value = getattr(config, name)
         if not value > 0:
             raise UsageError(f"{flag_name(name)} must be > 0, got {value}")

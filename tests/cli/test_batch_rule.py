@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from ppo_lstm.batch_rule import (BASE_RATES, MAX_RATE_SCALE, STEPS_PER_ENV, describe_batch, learning_rates, rate_scale,
-                                 steps_per_env, update_batch)
+from ppo_lstm.batch_rule import (BASE_RATES, DEFAULT_RATE_CAP, SAVED_RATE_CAP, STEPS_PER_ENV, describe_batch,
+                                 learning_rates, rate_scale, steps_per_env, update_batch)
 from ppo_lstm.config import TrainConfig, config_from_args
 from ppo_lstm.errors import UsageError
 
@@ -18,9 +18,10 @@ from ppo_lstm.errors import UsageError
     (8, 2, 256, math.sqrt(2)),
     (8, 4, 512, 2.0),
     (32, 4, 2048, 4.0),
-    (512, 1, 8192, 8.0),
-    (4096, 1, 65536, 8.0),  # capped: sqrt(512) = 22.6
-    (1024, 4, 65536, 8.0),
+    (128, 1, 2048, 4.0),
+    (512, 1, 8192, 4.0),  # capped: sqrt(64) = 8
+    (4096, 1, 65536, 4.0),  # capped: sqrt(512) = 22.6
+    (1024, 4, 65536, 4.0),
 ])
 def test_num_envs_and_workers_pick_the_batch_and_the_rates(num_envs, workers, batch, scale):
     config = TrainConfig(num_envs=num_envs)
@@ -33,7 +34,26 @@ def test_num_envs_and_workers_pick_the_batch_and_the_rates(num_envs, workers, ba
 def test_the_scale_is_sqrt_of_the_batch_ratio_up_to_the_cap():
     scales = [rate_scale(TrainConfig(num_envs=n)) for n in (4, 8, 16, 64, 256, 512, 1024, 8192)]
     assert scales == sorted(scales) and scales[0] == pytest.approx(math.sqrt(0.5))
-    assert max(scales) == MAX_RATE_SCALE == rate_scale(TrainConfig(num_envs=512))
+    assert max(scales) == DEFAULT_RATE_CAP == 4.0 == rate_scale(TrainConfig(num_envs=128))
+
+
+def test_rate_cap_sets_the_cap_and_leaves_given_rates_alone():
+    assert rate_scale(config_from_args(["--num-envs", "512", "--rate-cap", "8"])) == pytest.approx(8.0)
+    assert rate_scale(config_from_args(["--num-envs", "4096", "--rate-cap", "8"])) == pytest.approx(8.0)
+    assert rate_scale(config_from_args(["--num-envs", "64", "--rate-cap", "2"])) == pytest.approx(2.0)
+    given = config_from_args(["--num-envs", "512", "--rate-cap", "2", "--learning-rate-actor", "0.002"])
+    assert learning_rates(given) == pytest.approx((0.002, 2e-3))
+    from ppo_lstm.config import validate
+    with pytest.raises(UsageError, match="--rate-cap must be > 0"):
+        validate(dataclasses.replace(TrainConfig(), rate_cap=0.0))
+
+
+def test_a_checkpoint_saved_before_rate_cap_keeps_the_cap_it_trained_with():
+    saved = TrainConfig(num_envs=512).to_dict()
+    del saved["rate_cap"]
+    old = TrainConfig.from_dict(saved)
+    assert old.rate_cap == SAVED_RATE_CAP == 8.0 and rate_scale(old) == pytest.approx(8.0)
+    assert TrainConfig.from_dict(TrainConfig(num_envs=512).to_dict()).rate_cap == DEFAULT_RATE_CAP
 
 
 def test_an_explicit_update_interval_sets_the_batch_and_the_rates_follow_it():
@@ -61,7 +81,7 @@ def test_the_start_up_line_says_what_was_picked_and_why():
         "workers); 4 minibatches of 512, 4 epochs; learning rates 0.0012 / 0.004 (0.0003 / 0.001 x "
         "sqrt(2048/128) = x4)")
     assert describe_batch(TrainConfig(num_envs=4096), 1).endswith(
-        "learning rates 0.0024 / 0.008 (0.0003 / 0.001 x8, the cap, as sqrt(65536/128) = 22.6 is more)")
+        "learning rates 0.0012 / 0.004 (0.0003 / 0.001 x4, the cap (--rate-cap), as sqrt(65536/128) = 22.6 is more)")
     explicit = TrainConfig(num_envs=8, update_interval=256, minibatches=2, learning_rate_critic=2e-3)
     assert describe_batch(explicit, 1) == (
         "Batch: 256 transitions per update = 1 worker(s) x 8 envs x 32 steps (--update-interval); 2 minibatches "
@@ -111,3 +131,22 @@ def test_resume_keeps_the_picked_batch_and_rates(tmp_path):
               "sqrt(64/128) = x0.707)")
     assert batch_line(first.stdout) == batch_line(again.stdout) == picked
     assert "Resumed from " in again.stdout and "Episode 16/16" in again.stdout
+
+
+def test_resume_of_a_run_saved_before_rate_cap_keeps_its_rates(tmp_path):
+    """A checkpoint whose config has no rate_cap (written before the flag) resumes at x8, as it trained."""
+    import torch
+    from tests.conftest import cli_in_process
+    small = ["--num-envs", "256", "--episode-length", "16", "--window", "8", "--hidden-size", "16", "--lstm-size",
+             "16", "--market", "regime", "--device", "cpu", "--seed", "3", "--no-progress"]
+    first = cli_in_process(tmp_path, "--episodes", "256", *small)
+    assert first.returncode == 0, first.stderr
+    assert "learning rates 0.0012 / 0.004 (0.0003 / 0.001 x4, the cap" in first.stdout  # batch 4096: sqrt 5.66
+    for path in (tmp_path / "checkpoints").glob("*.pt"):  # as an older version wrote it
+        state = torch.load(path, weights_only=True)
+        del state["config"]["rate_cap"]
+        torch.save(state, path)
+    again = cli_in_process(tmp_path, "--episodes", "512", "--resume", "--no-progress")
+    assert again.returncode == 0, again.stderr
+    assert "learning rates 0.0017 / 0.00566 (0.0003 / 0.001 x sqrt(4096/128) = x5.66)" in again.stdout
+    assert "Resumed from " in again.stdout
