@@ -241,3 +241,14 @@ def test_policy_stepper_matches_the_agents_forward() -> None:
         stepper = PolicyStepper(agent, 4, "cpu")
         stepped = torch.stack([stepper(obs[t].numpy()) for t in range(40)])
     assert torch.allclose(stepped, logits, rtol=0, atol=1e-5)
+
+
+def test_policy_stepper_gives_agent_steps_logits_bit_for_bit() -> None:
+    """The stepper holds the weights and skips the reset of a state that needs none: the same bits."""
+    agent = sharp_agent(CFG, seed=5, gain=1.0)
+    obs = torch.randn(30, 3, CFG.obs_dim)
+    with torch.no_grad():
+        stepper, state, starts = PolicyStepper(agent, 3, "cpu"), agent.initial_state(3), torch.zeros(3)
+        for t in range(30):
+            expected, _, state = agent.step(obs[t], state, starts)
+            assert torch.equal(stepper(obs[t].numpy()), expected)
