@@ -38,6 +38,13 @@ def _parse_value(text: str) -> Any:
     return {"true": True, "false": False, "none": None}.get(text.lower(), text)
 
 
+def apply_overrides(env: EnvConfig, overrides: dict[str, Any]) -> tuple[EnvConfig, dict[str, Any]]:
+    """``--set`` overrides split: ``env.NAME`` ones applied to ``env``, the rest returned for TrainConfig."""
+    rest = dict(overrides)
+    env_over = {k[4:]: rest.pop(k) for k in list(rest) if k.startswith("env.")}
+    return replace(env, **env_over), rest
+
+
 def train_ours(job: dict[str, Any]) -> dict[str, Any]:
     """Train one seed and score it greedily on the test set (runs in a child process; with
     ``workers`` > 1, in this process, which launches the workers as the CLI does)."""
@@ -51,10 +58,7 @@ def train_ours(job: dict[str, Any]) -> dict[str, Any]:
     from ppo_lstm.train.trainer import Trainer
     from ppo_lstm.train.worker import train_worker
 
-    env = env_config(job["market"])
-    overrides = dict(job["overrides"])
-    env_over = {k[4:]: overrides.pop(k) for k in list(overrides) if k.startswith("env.")}
-    env = replace(env, **env_over)
+    env, overrides = apply_overrides(env_config(job["market"]), job["overrides"])
     if job.get("no_features"):  # the blind agent: no columns, so no window for them either
         env = replace(env, features=None, feature_window=EnvConfig.feature_window)
     episodes = max(8, job["steps"] // env.episode_length)

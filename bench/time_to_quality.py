@@ -19,6 +19,7 @@ every curve against wall time and env steps.
 
     python bench/time_to_quality.py                # 3 seeds each, the full measurement
     python bench/time_to_quality.py --quick        # smoke run: 1 seed, 4,096 steps each
+    python bench/time_to_quality.py --set env.ema_spans=500 --plot ema.png   # ppo-lstm-trader with an option
 
 Runs ``--jobs`` training processes at once; compare ratios, not absolute seconds (a
 shared machine). Prints a table, then ONE JSON line.
@@ -46,7 +47,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.learning_ceiling import baselines  # noqa: E402
-from bench.learning_jobs import make_sb3, sb3_greedy  # noqa: E402
+from bench.learning_jobs import _parse_value, apply_overrides, make_sb3, sb3_greedy  # noqa: E402
 from bench.learning_markets import EVAL_SEED, TUNE_EPISODES, env_config  # noqa: E402
 from bench.learning_paths import score_backtest, simulated_paths  # noqa: E402
 from bench.quality_curve import Point, best_score, first_reach, reach_summary  # noqa: E402
@@ -80,15 +81,17 @@ class Probe:
         self.next = (env_steps // self.every + 1) * self.every
 
 
-def curve_ours(seed: int, steps: int, every: int, episodes: int) -> list[Point]:
-    """ppo-lstm-trader's defaults, scored after every update that crosses a multiple of ``every``."""
+def curve_ours(seed: int, steps: int, every: int, episodes: int,
+               overrides: Optional[dict[str, Any]] = None) -> list[Point]:
+    """ppo-lstm-trader's defaults (with ``--set``'s ``overrides``), scored after every update that crosses a
+    multiple of ``every``, on the market it trains on."""
     torch.set_num_threads(1)
     from ppo_lstm.config import TrainConfig
     from ppo_lstm.distributed import LocalComm, Worker
     from ppo_lstm.train.shutdown import StopRequest
     from ppo_lstm.train.trainer import Trainer
 
-    env = env_config(MARKET)
+    env, rest = apply_overrides(env_config(MARKET), overrides or {})
     probe = Probe(every, lambda agent: score_backtest(backtest_simulated(agent, env, episodes, EVAL_SEED))[
         "bps_per_bar"])
 
@@ -101,7 +104,7 @@ def curve_ours(seed: int, steps: int, every: int, episodes: int) -> list[Point]:
     with tempfile.TemporaryDirectory() as tmp, open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
         config = TrainConfig(episodes=max(8, steps // env.episode_length), seed=seed, progress=False,
                              log_file=os.path.join(tmp, "log"), checkpoint_dir=tmp, checkpoint_interval=10**9,
-                             log_interval=10**9, env=env)
+                             log_interval=10**9, env=env, **rest)
         trainer = CurveTrainer(config, Worker(LocalComm(), 0, torch.device("cpu")), None, StopRequest())
         probe.begin()
         probe.maybe(0, trainer.agent)
@@ -140,8 +143,10 @@ def curve_sb3(seed: int, steps: int, every: int, episodes: int) -> list[Point]:
 def run(job: dict[str, Any]) -> dict[str, Any]:
     """One training run's curve (in a child process, whose console output is dropped)."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the trainer's console lines
-    curve = (curve_ours if job["trainer"] == OURS else curve_sb3)(job["seed"], job["steps"], job["every"],
-                                                                  job["episodes"])
+    if job["trainer"] == OURS:
+        curve = curve_ours(job["seed"], job["steps"], job["every"], job["episodes"], job["overrides"])
+    else:
+        curve = curve_sb3(job["seed"], job["steps"], job["every"], job["episodes"])
     return {**job, "curve": curve}
 
 
@@ -204,6 +209,8 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=500, help="held-out episodes per evaluation")
     parser.add_argument("--jobs", type=int, default=2, help="training processes at once (1 torch thread each)")
     parser.add_argument("--plot", type=Path, default=Path("bench/results/time_to_quality.png"))
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="TrainConfig override for ppo-lstm-trader (env fields as env.NAME), repeatable")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 seed, 4096 steps each, 100 episodes")
     parser.add_argument("--json-out", type=Path, help="also write the JSON line here")
     args = parser.parse_args()
@@ -211,7 +218,9 @@ def main() -> None:
         args.seeds, args.steps, args.sb3_steps, args.every, args.episodes = 1, 4096, 4096, 1024, 100
     torch.set_num_threads(1)
     start = time.perf_counter()
-    jobs = [{"trainer": trainer, "seed": seed, "steps": steps, "every": args.every, "episodes": args.episodes}
+    overrides = {k: _parse_value(v) for k, v in (item.split("=", 1) for item in args.set)}
+    jobs = [{"trainer": trainer, "seed": seed, "steps": steps, "every": args.every, "episodes": args.episodes,
+             "overrides": overrides}
             for seed in range(1, args.seeds + 1)
             for trainer, steps in ((SB3, args.sb3_steps), (OURS, args.steps))]
     with ProcessPoolExecutor(max_workers=args.jobs, mp_context=mp.get_context("spawn")) as pool:
@@ -235,7 +244,7 @@ def main() -> None:
               "targets": targets, "sb3_best_bps": sb3_best,
               "speedup_to_sb3_best": ratio, "sb3_best_time_ratio": ratio,  # one figure under both names
               "first_reach_sb3_best": {t: [first_reach(c, sb3_best) for c in curves[t]] for t in (OURS, SB3)},
-              "curves": curves, "quick": args.quick}
+              "curves": curves, "quick": args.quick, "overrides": overrides}
     report["wall_s"] = time.perf_counter() - start
     print_table(report)
     if args.plot:
