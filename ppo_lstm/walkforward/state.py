@@ -60,7 +60,8 @@ def check_or_write(out: Path, wf: WalkForwardConfig, train: TrainConfig, files: 
 
 
 def _compare(path: Path, saved: dict[str, Any], state: dict[str, Any]) -> None:
-    old, new = _flat(saved.get("settings", {})), _flat(state["settings"])
+    old = _flat(_as_this_version(saved.get("settings", {}), set(state["settings"]["train"])))
+    new = _flat(state["settings"])
     changed = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     if changed:
         shown = ", ".join(f"{k.split('.')[-1].replace('_', '-')} {old.get(k)} -> {new.get(k)}" for k in changed[:3])
@@ -72,6 +73,18 @@ def _compare(path: Path, saved: dict[str, Any], state: dict[str, Any]) -> None:
         what = (f"{moved[0]} changed since it started" if moved else f"its data files differ ({', '.join(gone[:2])})")
         raise UsageError(f"{path.parent} holds a walk-forward whose data {what}; restore the data, or use another "
                          f"--out for the new data")
+
+
+def _as_this_version(settings: dict[str, Any], compared: set[str]) -> dict[str, Any]:
+    """Saved settings with each compared training setting the saving version did not have
+    filled in as :meth:`TrainConfig.from_dict` fills it for that version's checkpoints
+    (``--rate-cap``: 8), so a flag added since reads as what those jobs trained with."""
+    train = settings.get("train")
+    if not isinstance(train, dict):
+        return settings
+    restored = TrainConfig.from_dict(train).to_dict()
+    filled = {**{k: restored[k] for k in compared if k not in train and k != "env"}, **train}
+    return {**settings, "train": filled}
 
 
 def _flat(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:

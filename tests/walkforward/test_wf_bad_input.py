@@ -102,3 +102,21 @@ def test_a_tuned_span_in_the_config_file_refuses_test_windows_among_its_bars(dat
     assert code == 2 and line.startswith("error: fold 1's test window 2018-12-31..2019-01-25 overlaps the bars the "
                                          "study tuned on (2018-01-01..2018-12-31, from tuned-span)"), line
     assert "--data-start 2019-01-01" in line and not (tmp_path / "out").exists()
+
+
+def test_a_walk_forward_saved_before_rate_cap_resumes_at_the_cap_its_jobs_trained_with(data: Path, tmp_path: Path) -> None:
+    """walkforward.json written before --rate-cap: its jobs trained at x8, so the default x4 is a change
+    (named, with the flag that resumes it), and --rate-cap 8 resumes it."""
+    from ppo_lstm.walkforward.cli import parse_command_line
+    from ppo_lstm.walkforward.state import check_or_write
+    out = tmp_path / "out"
+    args = ["--data", str(data), "--out", str(out), "--folds", "2", "--test-size", "20", *SMALL]
+    command = parse_command_line(args)
+    check_or_write(out, command.wf, command.train, [str(data)])
+    state = json.loads((out / STATE_NAME).read_text())
+    del state["settings"]["train"]["rate_cap"]
+    (out / STATE_NAME).write_text(json.dumps(state))
+    code, line = run(*args)
+    assert code == 2 and "other settings (rate-cap 8.0 -> 4.0)" in line, line
+    again = parse_command_line([*args, "--rate-cap", "8"])
+    check_or_write(out, again.wf, again.train, [str(data)])  # the same settings: no error
