@@ -277,20 +277,23 @@ class PolicyStepper:
     ``__call__(obs [n, D] float32 numpy) -> logits [n, A]``, starting from the zero state,
     through :meth:`RecurrentActorCritic.step` (``torch.lstm_cell``: logits equal to
     ``agent.forward``'s up to float32 rounding). Call it under ``torch.inference_mode()``
-    or ``torch.no_grad()``, and make a new one after the agent's parameters change: it
-    holds them (``step_weights``) and steps with no episode start (nothing to reset), which
-    saves about a fifth of a long backtest's time and changes no bit of the logits.
+    or ``torch.no_grad()``, and make a new one after the agent's parameters change: for a
+    :class:`RecurrentActorCritic` it holds them (``step_weights``) and steps with no episode
+    start (nothing to reset), which saves about a fifth of a long backtest's time and changes
+    no bit of the logits. Any other policy with the agent's ``initial_state`` and ``step(obs,
+    state, starts)`` (the walk-forward's ensemble and rules) is called as it is.
     """
 
     def __init__(self, agent: RecurrentActorCritic, n: int, device: torch.device | str) -> None:
         self.agent, self.device = agent, device
-        self.weights = agent.step_weights()
+        self.held = {"any_start": False, "weights": agent.step_weights()} \
+            if isinstance(agent, RecurrentActorCritic) else {}
         self.state = agent.initial_state(n, device)  # (h, c), each [1, n, H]
         self.starts = torch.zeros(n, device=device)  # the zero state needs no reset
 
     def __call__(self, obs: np.ndarray) -> torch.Tensor:
         logits, _, self.state = self.agent.step(torch.from_numpy(obs).to(self.device), self.state, self.starts,
-                                                any_start=False, weights=self.weights)
+                                                **self.held)
         return logits
 
 
