@@ -82,7 +82,10 @@ def _as_this_version(settings: dict[str, Any], compared: set[str]) -> dict[str, 
     train = settings.get("train")
     if not isinstance(train, dict):
         return settings
-    restored = TrainConfig.from_dict(train).to_dict()
+    try:
+        restored = TrainConfig.from_dict(train).to_dict()
+    except (TypeError, ValueError):  # not this version's settings at all: compared as they are
+        return settings
     filled = {**{k: restored[k] for k in compared if k not in train and k != "env"}, **train}
     return {**settings, "train": filled}
 
