@@ -45,13 +45,22 @@ def apply_overrides(env: EnvConfig, overrides: dict[str, Any]) -> tuple[EnvConfi
     return replace(env, **env_over), rest
 
 
+def _load_agent(path: Any, config: Any) -> tuple[Any, int]:
+    """The agent of the checkpoint at ``path`` (trained with ``config``) and the env steps it was written at."""
+    from ppo_lstm.rundir.checkpoint import load_checkpoint
+    from ppo_lstm.train.build import build_agent
+
+    state = load_checkpoint(path)
+    agent = build_agent(config)
+    agent.load_state_dict(state["model"])
+    return agent, int(state["counters"]["env_steps"])
+
+
 def train_ours(job: dict[str, Any]) -> dict[str, Any]:
     """Train one seed and score it greedily on the test set (runs in a child process; with
     ``workers`` > 1, in this process, which launches the workers as the CLI does)."""
     torch.set_num_threads(1)
-    from ppo_lstm.train.build import build_agent
-    from ppo_lstm.evaluation.loading import load_policy
-    from ppo_lstm.rundir.checkpoint import BEST_NAME, CheckpointDir, load_checkpoint
+    from ppo_lstm.rundir.checkpoint import BEST_NAME, CheckpointDir
     from ppo_lstm.config import TrainConfig
     from ppo_lstm.distributed import LocalComm, Worker, launch
     from ppo_lstm.train.shutdown import StopRequest
@@ -82,15 +91,11 @@ def train_ours(job: dict[str, Any]) -> dict[str, Any]:
                 config = replace(config, distributed=True, num_workers=workers, device="cpu")
                 if launch(config, "cpu", train_worker) != 0:
                     raise RuntimeError(f"training with {workers} workers failed: {job}")
-                state = torch.load(CheckpointDir(tmp, 1).latest(), map_location="cpu", weights_only=False)
-                agent = build_agent(config)
-                agent.load_state_dict(state["model"])
-                env_steps = state["counters"]["env_steps"]
+                agent, env_steps = _load_agent(CheckpointDir(tmp, 1).latest(), config)
         wall = time.perf_counter() - start
         picked_steps = env_steps
         if pick_best:
-            agent, _ = load_policy(os.path.join(tmp, BEST_NAME))
-            picked_steps = load_checkpoint(os.path.join(tmp, BEST_NAME))["counters"]["env_steps"]
+            agent, picked_steps = _load_agent(os.path.join(tmp, BEST_NAME), config)
         with open(os.path.join(tmp, "metrics.csv")) as f:
             rows = list(csv.DictReader(f))
         tail = rows[-max(1, len(rows) // 10):]

@@ -169,9 +169,13 @@ class TrainConfig:
         env = EnvConfig(**{k: v for k, v in values.get("env", {}).items() if k in env_names})
         names = {f.name for f in dataclasses.fields(cls)} - {"env"}
         fields = {k: v for k, v in values.items() if k in names}
-        fields.setdefault("cost_warmup", 0.0)  # a run saved before --cost-warmup existed trained at full costs
-        fields.setdefault("rate_cap", SAVED_RATE_CAP)  # ... and before --rate-cap, at rates capped at x8
-        return cls(env=env, **fields)
+        return cls(env=env, **{**SAVED_BEFORE, **fields})
+
+
+# What a run saved before a setting existed trained with, where that is not today's default:
+# before --cost-warmup, full costs; before --rate-cap, rates capped at x8. Checkpoints
+# (TrainConfig.from_dict), walk-forward state and tune studies read a missing key as this.
+SAVED_BEFORE: dict[str, Any] = {"cost_warmup": 0.0, "rate_cap": SAVED_RATE_CAP}
 
 
 def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:

@@ -34,7 +34,7 @@ import optuna
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
-from ..batch_rule import SAVED_RATE_CAP
+from ..config import SAVED_BEFORE
 from ..errors import UsageError, one_line
 
 SQLITE_BUSY_TIMEOUT_S = 300
@@ -158,10 +158,11 @@ def wait_for_settings(study: optuna.Study, timeout: float = 60.0) -> Optional[di
 
 def check_settings(name: str, recorded: dict[str, Any], settings: dict[str, Any]) -> None:
     """UsageError naming the first setting that differs from those the study was created with.
-    A study created before ``--rate-cap`` existed recorded none: its trials trained at the x8 cap."""
+    A setting the study's version did not record reads as what its trials trained with
+    (:data:`~ppo_lstm.config.SAVED_BEFORE`: ``--rate-cap`` 8)."""
     base = recorded.get("base")
-    if isinstance(base, dict) and "rate_cap" not in base:
-        recorded = {**recorded, "base": {**base, "rate_cap": SAVED_RATE_CAP}}
+    if isinstance(base, dict):
+        recorded = {**recorded, "base": {**SAVED_BEFORE, **base}}
     settings = json.loads(json.dumps(settings))
     for key in sorted(set(recorded) | set(settings)):
         old, new = recorded.get(key), settings.get(key)

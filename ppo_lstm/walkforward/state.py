@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..config import TrainConfig
+from ..config import SAVED_BEFORE, TrainConfig
 from ..errors import UsageError
 from ..rundir.checkpoint import atomic_write_bytes
 from .config import WalkForwardConfig
@@ -60,8 +60,7 @@ def check_or_write(out: Path, wf: WalkForwardConfig, train: TrainConfig, files: 
 
 
 def _compare(path: Path, saved: dict[str, Any], state: dict[str, Any]) -> None:
-    old = _flat(_as_this_version(saved.get("settings", {}), set(state["settings"]["train"])))
-    new = _flat(state["settings"])
+    old, new = _flat(_as_this_version(saved.get("settings", {}))), _flat(state["settings"])
     changed = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     if changed:
         shown = ", ".join(f"{k.split('.')[-1].replace('_', '-')} {old.get(k)} -> {new.get(k)}" for k in changed[:3])
@@ -75,19 +74,13 @@ def _compare(path: Path, saved: dict[str, Any], state: dict[str, Any]) -> None:
                          f"--out for the new data")
 
 
-def _as_this_version(settings: dict[str, Any], compared: set[str]) -> dict[str, Any]:
-    """Saved settings with each compared training setting the saving version did not have
-    filled in as :meth:`TrainConfig.from_dict` fills it for that version's checkpoints
-    (``--rate-cap``: 8), so a flag added since reads as what those jobs trained with."""
+def _as_this_version(settings: dict[str, Any]) -> dict[str, Any]:
+    """Saved settings with a training setting the saving version did not have read as what its
+    jobs trained with (:data:`~ppo_lstm.config.SAVED_BEFORE`: ``--rate-cap`` 8), not as a change."""
     train = settings.get("train")
     if not isinstance(train, dict):
         return settings
-    try:
-        restored = TrainConfig.from_dict(train).to_dict()
-    except (TypeError, ValueError):  # not this version's settings at all: compared as they are
-        return settings
-    filled = {**{k: restored[k] for k in compared if k not in train and k != "env"}, **train}
-    return {**settings, "train": filled}
+    return {**settings, "train": {**SAVED_BEFORE, **train}}
 
 
 def _flat(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -151,7 +151,8 @@ def test_the_pruners_step_is_the_episode_or_with_train_for_the_share_of_the_time
 def test_a_study_recorded_before_rate_cap_reads_as_the_x8_its_trials_trained_with():
     from ppo_lstm.errors import UsageError
     from ppo_lstm.tune.storage import check_settings
-    old = {"trials": 4, "base": {"num_envs": 64, "env.fee_bps": 10.0}}
-    check_settings("s", old, {"trials": 4, "base": {"num_envs": 64, "env.fee_bps": 10.0, "rate_cap": 8.0}})
+    old = {"trials": 4, "base": {"num_envs": 64, "cost_warmup": 0.5, "env.fee_bps": 10.0}}  # before --rate-cap
+    now = {"trials": 4, "base": {"num_envs": 64, "cost_warmup": 0.5, "env.fee_bps": 10.0}}
+    check_settings("s", old, {**now, "base": {**now["base"], "rate_cap": 8.0}})
     with pytest.raises(UsageError, match=r"created with base rate_cap = 8\.0, this command gives 4\.0"):
-        check_settings("s", old, {"trials": 4, "base": {"num_envs": 64, "env.fee_bps": 10.0, "rate_cap": 4.0}})
+        check_settings("s", old, {**now, "base": {**now["base"], "rate_cap": 4.0}})
