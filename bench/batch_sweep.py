@@ -45,7 +45,7 @@ def grid() -> list[dict[str, float]]:
     return configs
 
 
-def parse_config(text: str) -> dict[str, float]:
+def parse_config(text: str) -> dict[str, float | str]:
     """``default`` or ``name=value,...`` (``lr_scale`` scales both default learning rates)."""
     if text == "default":
         return {"num_envs": 8, **DEFAULT_LR}
@@ -55,16 +55,28 @@ def parse_config(text: str) -> dict[str, float]:
         if name == "lr_scale":
             config.update({lr: rate * float(value) for lr, rate in DEFAULT_LR.items()})
         else:
-            config[name] = float(value)
+            config[name] = _number_or_text(value)
     return config
 
 
-def run(market: str, seeds: int, jobs: int, steps: int, overrides: dict[str, float]) -> dict:
+def _number_or_text(value: str) -> float | str:
+    """``"0.95"`` -> 0.95; a value that is no number (``env.ema_spans=none``) stays text."""
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+def _show(value: float | str) -> str:
+    return value if isinstance(value, str) else f"{value:g}"
+
+
+def run(market: str, seeds: int, jobs: int, steps: int, overrides: dict[str, float | str]) -> dict:
     """One ``bench/learning.py`` run; its JSON line's figures for ``market``."""
     command = [sys.executable, str(ROOT / "bench" / "learning.py"), "--markets", market, "--no-sb3",
                "--seeds", str(seeds), "--jobs", str(jobs), "--steps", str(steps)]
     for name, value in overrides.items():
-        command += ["--set", f"{name}={value:g}"]
+        command += ["--set", f"{name}={_show(value)}"]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith('{"bench"')]
     if done.returncode != 0 or not lines:
@@ -75,11 +87,11 @@ def run(market: str, seeds: int, jobs: int, steps: int, overrides: dict[str, flo
             "train_s_per_seed": sum(seconds) / len(seconds), "reference": figures["reference"]}
 
 
-def label(overrides: dict[str, float]) -> str:
+def label(overrides: dict[str, float | str]) -> str:
     scale = overrides.get("learning_rate_actor", DEFAULT_LR["learning_rate_actor"]) / DEFAULT_LR["learning_rate_actor"]
     batch = overrides.get("update_interval", STEPS_PER_ENV * overrides.get("num_envs", TrainConfig().num_envs))
     minibatches = overrides.get("minibatches", 4)
-    others = [f"{k}={v:g}" for k, v in overrides.items()
+    others = [f"{k}={_show(v)}" for k, v in overrides.items()
               if k not in ("num_envs", "update_interval", "minibatches", *DEFAULT_LR)]
     return (f"batch {batch:g}, {minibatches:g} minibatches of {batch / minibatches:g}, rates x{scale:g}"
             + "".join(f", {o}" for o in others))

@@ -126,7 +126,8 @@ def main() -> None:
                         help="comma list of worker counts for ppo-lstm-trader, e.g. 1,2: a count above 1 trains "
                              "with that many gloo workers (as --distributed --device cpu), one run at a time")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="TrainConfig override for ppo-lstm-trader (env fields as env.NAME), repeatable")
+                        help="TrainConfig override for ppo-lstm-trader (env fields as env.NAME, which "
+                             "RecurrentPPO's env takes too), repeatable")
     parser.add_argument("--pick", choices=("final", "best"), default="final",
                         help="which weights of a ppo-lstm-trader run to score: the final ones, or best.pt, the "
                              "hold-out's pick over the checkpoints every --checkpoint-interval episodes (what "
@@ -173,7 +174,8 @@ def main() -> None:
             jobs += [{**common, "kind": "ours", "seed": s, "steps": args.steps, "overrides": overrides, "workers": 1,
                       "no_features": True, "pick": args.pick} for s in range(1, args.seeds + 1)]
         if sb3:
-            jobs += [{**common, "kind": "sb3", "seed": s, "steps": args.sb3_steps, "overrides": {}}
+            env_only = {k: v for k, v in overrides.items() if k.startswith("env.")}  # the same observation
+            jobs += [{**common, "kind": "sb3", "seed": s, "steps": args.sb3_steps, "overrides": env_only}
                      for s in range(1, args.sb3_seeds + 1)]
     jobs.sort(key=lambda j: -(j["steps"] * (1.5 if j["kind"] == "sb3" else 1.0)))  # longest first
     launched = [job for job in jobs if job.get("workers", 1) > 1]  # each starts its own workers: in this process

@@ -144,9 +144,10 @@ def sb3_greedy(model: Any, paths: Paths) -> dict[str, float]:
 
 
 def train_sb3(job: dict[str, Any]) -> dict[str, Any]:
-    """RecurrentPPO on the same env and budget, scored greedily on the same test paths."""
+    """RecurrentPPO on the same env (the ``--set env.NAME`` overrides too) and budget, scored greedily on the
+    same test paths."""
     torch.set_num_threads(1)
-    env = env_config(job["market"])
+    env, _ = apply_overrides(env_config(job["market"]), job.get("overrides", {}))
     data = load_ohlcv(job["train_csv"], features=env.feature_names) if job.get("train_csv") else None
     model = make_sb3(env, data, job["seed"])
     start = time.perf_counter()

@@ -19,7 +19,8 @@ every curve against wall time and env steps.
 
     python bench/time_to_quality.py                # 3 seeds each, the full measurement
     python bench/time_to_quality.py --quick        # smoke run: 1 seed, 4,096 steps each
-    python bench/time_to_quality.py --set env.ema_spans=500 --plot ema.png   # ppo-lstm-trader with an option
+    python bench/time_to_quality.py --set env.ema_spans=none --plot plain.png   # both without the EMA entry
+    python bench/time_to_quality.py --sb3-set env.ema_spans=none     # RecurrentPPO alone without it
 
 Runs ``--jobs`` training processes at once; compare ratios, not absolute seconds (a
 shared machine). Prints a table, then ONE JSON line.
@@ -115,12 +116,14 @@ def curve_ours(seed: int, steps: int, every: int, episodes: int,
     return probe.points
 
 
-def curve_sb3(seed: int, steps: int, every: int, episodes: int) -> list[Point]:
-    """RecurrentPPO, scored at the start of every rollout that follows a multiple of ``every``."""
+def curve_sb3(seed: int, steps: int, every: int, episodes: int,
+              overrides: Optional[dict[str, Any]] = None) -> list[Point]:
+    """RecurrentPPO on the env of ``--set``'s ``env.NAME`` overrides (the others are ppo-lstm-trader's),
+    scored at the start of every rollout that follows a multiple of ``every``."""
     torch.set_num_threads(1)
     from stable_baselines3.common.callbacks import BaseCallback
 
-    env = env_config(MARKET)
+    env, _ = apply_overrides(env_config(MARKET), overrides or {})
     paths = simulated_paths(env, evaluation_seeds(EVAL_SEED, episodes))
     probe = Probe(every, lambda model: sb3_greedy(model, paths)["bps_per_bar"])
 
@@ -146,7 +149,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     if job["trainer"] == OURS:
         curve = curve_ours(job["seed"], job["steps"], job["every"], job["episodes"], job["overrides"])
     else:
-        curve = curve_sb3(job["seed"], job["steps"], job["every"], job["episodes"])
+        curve = curve_sb3(job["seed"], job["steps"], job["every"], job["episodes"], job["overrides"])
     return {**job, "curve": curve}
 
 
@@ -210,7 +213,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="training processes at once (1 torch thread each)")
     parser.add_argument("--plot", type=Path, default=Path("bench/results/time_to_quality.png"))
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="TrainConfig override for ppo-lstm-trader (env fields as env.NAME), repeatable")
+                        help="TrainConfig override for ppo-lstm-trader (env fields as env.NAME, which "
+                             "RecurrentPPO's env takes too), repeatable")
+    parser.add_argument("--sb3-set", action="append", default=[], metavar="env.FIELD=VALUE",
+                        help="an env override for RecurrentPPO alone, over --set's env ones, repeatable "
+                             "(e.g. env.ema_spans=none: RecurrentPPO without the EMA entry)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 seed, 4096 steps each, 100 episodes")
     parser.add_argument("--json-out", type=Path, help="also write the JSON line here")
     args = parser.parse_args()
@@ -219,8 +226,12 @@ def main() -> None:
     torch.set_num_threads(1)
     start = time.perf_counter()
     overrides = {k: _parse_value(v) for k, v in (item.split("=", 1) for item in args.set)}
+    sb3_overrides = {k: v for k, v in overrides.items() if k.startswith("env.")}  # the same observation ...
+    sb3_overrides.update((k, _parse_value(v)) for k, v in (item.split("=", 1) for item in args.sb3_set))
+    if any(not k.startswith("env.") for k in sb3_overrides):
+        parser.error("--sb3-set takes env.FIELD=VALUE (RecurrentPPO's env), e.g. env.ema_spans=none")
     jobs = [{"trainer": trainer, "seed": seed, "steps": steps, "every": args.every, "episodes": args.episodes,
-             "overrides": overrides}
+             "overrides": overrides if trainer == OURS else sb3_overrides}  # ... unless --sb3-set says otherwise
             for seed in range(1, args.seeds + 1)
             for trainer, steps in ((SB3, args.sb3_steps), (OURS, args.steps))]
     with ProcessPoolExecutor(max_workers=args.jobs, mp_context=mp.get_context("spawn")) as pool:
@@ -244,7 +255,7 @@ def main() -> None:
               "targets": targets, "sb3_best_bps": sb3_best,
               "speedup_to_sb3_best": ratio, "sb3_best_time_ratio": ratio,  # one figure under both names
               "first_reach_sb3_best": {t: [first_reach(c, sb3_best) for c in curves[t]] for t in (OURS, SB3)},
-              "curves": curves, "quick": args.quick, "overrides": overrides}
+              "curves": curves, "quick": args.quick, "overrides": overrides, "sb3_overrides": sb3_overrides}
     report["wall_s"] = time.perf_counter() - start
     print_table(report)
     if args.plot:

@@ -10,8 +10,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from envs.data.features import FEATURE_WINDOW, parse_feature_names
-from envs.ema_deviation import parse_ema_spans
+from envs.data.features import FEATURE_WINDOW, SAVED_FEATURE_WINDOW, parse_feature_names
+from envs.ema_deviation import DEFAULT_EMA_SPANS, NO_SPANS, parse_ema_spans
 
 MARKETS: tuple[str, ...] = ("gbm", "ou", "regime", "jump", "garch", "mixed")
 MIN_FEATURE_WINDOW, MAX_FEATURE_WINDOW = 2, 65_536  # a z-score needs 2 values; the rolling sums cost window x bars
@@ -49,10 +49,15 @@ class EnvConfig:
     )
 
     ema_spans: Optional[str] = field(
-        default=None,
+        default=DEFAULT_EMA_SPANS,
         metadata={"help": "N[,N...]: add, per span N (bars), the log close's deviation from its EMA(N) as a "
-                          "z-score: memory beyond --window for mean reversion or slow trends (docs/environments.md)"},
+                          "z-score: memory beyond --window for mean reversion or slow trends; none: no such "
+                          "entries (docs/environments.md)", "null_value": "none"},  # a config file's null
     )
+
+    def __post_init__(self) -> None:
+        if self.ema_spans is not None and str(self.ema_spans).strip().lower() in NO_SPANS:
+            self.ema_spans = None  # --ema-spans none, "" and None are one setting: saved, compared and shown as none
 
     @property
     def num_actions(self) -> int:
@@ -95,7 +100,8 @@ class EnvConfig:
         if not MIN_FEATURE_WINDOW <= self.feature_window <= MAX_FEATURE_WINDOW:
             raise ValueError(f"--feature-window must be {MIN_FEATURE_WINDOW} to {MAX_FEATURE_WINDOW} bars, "
                              f"got {self.feature_window}")
-        if self.feature_window != FEATURE_WINDOW and not self.feature_names:
+        if self.feature_window not in (FEATURE_WINDOW, SAVED_FEATURE_WINDOW) and not self.feature_names:
+            # (256, the default before 1,024, is what older versions' saved config files name)
             raise ValueError(f"--feature-window {self.feature_window} sets the z-score window of --features columns, "
                              f"and none are named; pass --features too, or drop --feature-window")
         parse_ema_spans(self.ema_spans)

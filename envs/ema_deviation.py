@@ -31,11 +31,13 @@ import numpy as np
 
 EMA_CLIP = 5.0  # z is clipped to +-this, as the returns are
 MIN_SPAN, MAX_SPAN = 2, 100_000
+DEFAULT_EMA_SPANS = "500"  # --ema-spans by default: one deviation, from the EMA(500) (docs/environments.md)
+NO_SPANS = ("", "none")  # --ema-spans none (or ""): no EMA deviations
 
 
 def parse_ema_spans(text: str | None) -> tuple[int, ...]:
-    """``"64,200"`` -> ``(64, 200)``; None or "" -> ``()``. ValueError (a fix-it line) otherwise."""
-    if text is None or not str(text).strip():
+    """``"64,200"`` -> ``(64, 200)``; None, "" or "none" -> ``()``. ValueError (a fix-it line) otherwise."""
+    if text is None or str(text).strip().lower() in NO_SPANS:
         return ()
     spans = []
     for part in str(text).split(","):
@@ -43,7 +45,7 @@ def parse_ema_spans(text: str | None) -> tuple[int, ...]:
             span = int(part.strip())
         except ValueError:
             raise ValueError(f"--ema-spans {text!r}: {part.strip()!r} is not a whole number of bars; "
-                             f"write them as N[,N...], e.g. 200 or 64,200") from None
+                             f"write them as N[,N...], e.g. 200 or 64,200, or none") from None
         if not MIN_SPAN <= span <= MAX_SPAN:
             raise ValueError(f"--ema-spans {text!r}: a span must be {MIN_SPAN}..{MAX_SPAN} bars, got {span}")
         if span in spans:

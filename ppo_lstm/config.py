@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from envs.config import EnvConfig
+from envs.data.features import FEATURE_WINDOW, SAVED_FEATURE_WINDOW
 
 from .rundir.checkpoint import RUN_CONFIG_NAME, atomic_write_bytes
 from .config_file import (DefaultsHelpFormatter, ParsedArgs, add_config_options, add_field_flag, dump_settings,
@@ -165,17 +166,38 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
         """Inverse of :meth:`to_dict`; unknown keys are ignored (older/newer checkpoints)."""
+        values = as_this_version(values)
         env_names = {f.name for f in dataclasses.fields(EnvConfig)}
-        env = EnvConfig(**{k: v for k, v in values.get("env", {}).items() if k in env_names})
+        env = EnvConfig(**{k: v for k, v in values["env"].items() if k in env_names})
         names = {f.name for f in dataclasses.fields(cls)} - {"env"}
-        fields = {k: v for k, v in values.items() if k in names}
-        return cls(env=env, **{**SAVED_BEFORE, **fields})
+        return cls(env=env, **{k: v for k, v in values.items() if k in names})
 
 
 # What a run saved before a setting existed trained with, where that is not today's default:
-# before --cost-warmup, full costs; before --rate-cap, rates capped at x8. Checkpoints
-# (TrainConfig.from_dict), walk-forward state and tune studies read a missing key as this.
+# before --cost-warmup, full costs; before --rate-cap, rates capped at x8; before
+# --ema-spans, no EMA deviations; before --feature-window, 256 bars.
 SAVED_BEFORE: dict[str, Any] = {"cost_warmup": 0.0, "rate_cap": SAVED_RATE_CAP}
+ENV_SAVED_BEFORE: dict[str, Any] = {"ema_spans": None, "feature_window": SAVED_FEATURE_WINDOW}
+
+
+def as_this_version(values: dict[str, Any]) -> dict[str, Any]:
+    """Saved training settings (``TrainConfig.to_dict()`` of any version) as this version reads
+    them: a setting the saving version lacked is what its run trained with (:data:`SAVED_BEFORE`,
+    :data:`ENV_SAVED_BEFORE`), not today's default, and ``feature_window`` without feature
+    columns, which then means nothing, is today's default. Checkpoints
+    (:meth:`TrainConfig.from_dict`), walk-forward state and tune studies read saved settings so."""
+    env = values.get("env")
+    env = {**ENV_SAVED_BEFORE, **(env if isinstance(env, dict) else {})}
+    if not str(env.get("features") or "").strip():
+        env["feature_window"] = FEATURE_WINDOW
+    return {**SAVED_BEFORE, **values, "env": env}
+
+
+def as_this_version_by_dest(values: dict[str, Any]) -> dict[str, Any]:
+    """:func:`as_this_version` of settings keyed by dest (``"env.fee_bps"``), as a tune study records them."""
+    nested = {k: v for k, v in values.items() if not k.startswith("env.")}
+    read = as_this_version({**nested, "env": {k[4:]: v for k, v in values.items() if k.startswith("env.")}})
+    return {**{k: v for k, v in read.items() if k != "env"}, **{f"env.{k}": v for k, v in read["env"].items()}}
 
 
 def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:

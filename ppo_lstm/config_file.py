@@ -131,7 +131,8 @@ def add_field_flag(group: Any, f: dataclasses.Field, hint: Any, dest: str) -> No
         kwargs.update(type=kind, metavar=meta.get("metavar", f.name.upper()))
     if "nargs" in meta:
         kwargs["nargs"] = meta["nargs"]
-    group.add_argument(flag_name(f.name), *meta.get("aliases", ()), **kwargs)
+    action = group.add_argument(flag_name(f.name), *meta.get("aliases", ()), **kwargs)
+    action.null_value = meta.get("null_value")  # what a config file's null gives where the default is not None
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -347,16 +348,19 @@ def dump_settings(parser: argparse.ArgumentParser, values: dict[str, Any], heade
     parts = [f"# {line}" for line in header]
     keyed = set(map(id, _settings_actions(parser)))
     for group in parser._action_groups:
-        entries = {action.option_strings[0][2:]: _plain(values[action.dest]) for action in group._group_actions
-                   if id(action) in keyed and action.dest in values}
+        entries = {action.option_strings[0][2:]: _plain(values[action.dest], action.default)
+                   for action in group._group_actions if id(action) in keyed and action.dest in values}
         if entries:
             parts += ["", f"# {group.title}",
                       yaml.safe_dump(entries, sort_keys=False, default_flow_style=False, allow_unicode=True).rstrip()]
     return "\n".join(parts).lstrip("\n") + "\n"
 
 
-def _plain(value: Any) -> Any:
-    """A value YAML writes as a plain scalar or list (paths as text)."""
+def _plain(value: Any, default: Any = None) -> Any:
+    """A value YAML writes as a plain scalar or list (paths as text); None where the default is
+    not None as ``none`` (``--ema-spans none``), since a null there would read as "no value"."""
+    if value is None and default is not None:
+        return "none"
     if isinstance(value, Path):
         return str(value)
     if isinstance(value, (list, tuple)):

@@ -45,6 +45,8 @@ def _convert_one(action: argparse.Action, key: Any, value: Any, where: str) -> A
     if value is None:
         if action.default is None:
             return None
+        if getattr(action, "null_value", None) is not None:  # ema-spans: null, as older versions wrote it
+            return action.null_value
         raise UsageError(f"{where}: '{key}' needs a value (leave the key out for its default, "
                          f"{show(action.default)})")
     expected = _expected(action)

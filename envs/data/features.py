@@ -41,11 +41,12 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-FEATURE_WINDOW = 256  # N by default (--feature-window): bars of a feature's rolling mean and std
+FEATURE_WINDOW = 1024  # N by default (--feature-window): bars of a feature's rolling mean and std
+SAVED_FEATURE_WINDOW = 256  # N of a config saved without feature_window: the default before 1,024
 FEATURE_CLIP = 5.0  # normalised features are clipped to +-this, as the returns are
 STD_FLOOR_REL = 1e-9  # a std this small next to |mean| is a constant column's rounding noise
 STD_FLOOR_ABS = 0.0  # no absolute floor: a column of tiny values is scaled like any other (kept for the ONNX metadata)
-# |value| bounds whose window sums of squares stay finite and normal in float64 (1e150 ** 2 x 256 < 1.8e308)
+# |value| bounds whose window sums of squares stay finite and normal in float64 (1e150 ** 2 x 65,536 < 1.8e308)
 FEATURE_MAX_ABS = 1e150
 FEATURE_MIN_ABS = 1e-150
 _CHUNK = 8192  # rows normalised at once (bounds the float64 scratch)

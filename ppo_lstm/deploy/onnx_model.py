@@ -37,6 +37,7 @@ from envs.data.features import FEATURE_CLIP, STD_FLOOR_ABS, STD_FLOOR_REL
 from envs.ema_deviation import EMA_CLIP
 from envs.observation import RMS_FLOOR, RETURN_CLIP, UPNL_CLIP, UPNL_SCALE
 
+from ..config import as_this_version
 from ..errors import UsageError, one_line
 from .spec import PolicySpec, env_settings
 
@@ -114,7 +115,10 @@ def spec_of(meta: dict[str, str], source: str) -> PolicySpec:
         raise ValueError("its metadata has no 'format': it was not written by export-ppo-lstm")
     if meta.get("version") != MODEL_VERSION:
         raise ValueError(f"model format version {meta.get('version')!r}; this version reads {MODEL_VERSION}")
-    saved: dict[str, Any] = json.loads(meta["env"])
+    saved = json.loads(meta["env"])
+    if not isinstance(saved, dict):
+        raise ValueError("its env is not a JSON object")
+    saved = as_this_version({"env": saved})["env"]
     names = {f.name for f in fields(EnvConfig)}
     env = EnvConfig(**{k: v for k, v in saved.items() if k in names})
     env.validate()

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from envs.config import EnvConfig
-from envs.data.features import FEATURE_WINDOW
+from envs.data.features import SAVED_FEATURE_WINDOW
 
 from ..algo.agent import RecurrentActorCritic
 from ..config import TrainConfig
@@ -67,13 +67,14 @@ class PolicySpec:
 
 
 def env_settings(env: EnvConfig) -> dict[str, Any]:
-    """``asdict(env)`` less ``ema_spans`` when it gives no spans (None or "") and less
-    ``feature_window`` at its default: the settings a fingerprint and a state's ``policy`` entry
-    record, so those of a policy that sets neither are the ones recorded before the settings existed."""
+    """``asdict(env)`` less ``ema_spans`` when it gives no spans (None, "" or "none") and less
+    ``feature_window`` without feature columns or at 256 (its default before 1,024): the settings
+    a fingerprint and a state's ``policy`` entry record, so those of a policy written before the
+    settings existed are the ones recorded then (``ppo_lstm.config.as_this_version`` reads them back)."""
     settings = asdict(env)
     if not env.spans:
         settings.pop("ema_spans", None)
-    if env.feature_window == FEATURE_WINDOW:
+    if not env.feature_names or env.feature_window == SAVED_FEATURE_WINDOW:
         settings.pop("feature_window", None)
     return settings
 

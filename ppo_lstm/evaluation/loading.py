@@ -77,7 +77,8 @@ def load_policy_and_data(path: str | os.PathLike, device: torch.device | str = "
             f"{path}: the model does not match the checkpoint's settings (--hidden-size {config.hidden_size} "
             f"--lstm-size {config.lstm_size} --window {config.env.window} --max-position "
             f"{config.env.max_position}{' --no-short' if config.env.no_short else ''}"
-            f"{f' --features {config.env.features}' if config.env.features else ''}): {one_line(err)}") from None
+            f"{f' --features {config.env.features}' if config.env.features else ''}"
+            f" --ema-spans {config.env.ema_spans or 'none'}): {one_line(err)}") from None
     fingerprint = state.get("data")
     return agent.to(device), config, fingerprint if isinstance(fingerprint, list) else None
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..rundir.checkpoint import from_safe, on_cpu, to_safe
-from ..config import TrainConfig
+from ..config import TrainConfig, as_this_version
 from ..errors import one_line
 from ..distributed import episode_share, remaining_episode_shares
 from ..algo.episodes import EpisodeTotals
@@ -150,7 +150,7 @@ class RunState:
         saved_world, saved_envs = state["world_size"], state["config"]["num_envs"]
         same_layout = (saved_world == world_size and len(state["ranks"]) == world_size
                        and saved_envs == config.num_envs)
-        saved, now = state["config"], config.to_dict()
+        saved, now = as_this_version(state["config"]), config.to_dict()  # an older version's keys as it trained
         same_market = all(saved.get(key) == now[key] for key in MARKET_SETTINGS)
         if not same_market:  # the hold-out (or training bars) changed: earlier scores do not compare
             self.best_score, self.best_holdout = -math.inf, None

@@ -21,7 +21,7 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
-from ..config import TrainConfig, build_parser, config_yaml
+from ..config import TrainConfig, as_this_version_by_dest, build_parser, config_yaml
 from ..config_file import keyed_options
 from ..errors import one_line
 from ..rundir.checkpoint import atomic_write_bytes
@@ -43,7 +43,7 @@ def trial_config(study: optuna.Study, trial: FrozenTrial) -> TrainConfig:
     """The full settings ``trial`` trained with (its first seed's), launch fields at their defaults."""
     base = study.user_attrs[SETTINGS_ATTR]["base"]
     options = keyed_options(build_parser())
-    values = dict(base)
+    values = as_this_version_by_dest(base)
     values.update({options[name].dest: value for name, value in trial.params.items()})
     config = TrainConfig()
     for dest, value in values.items():

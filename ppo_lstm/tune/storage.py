@@ -34,7 +34,7 @@ import optuna
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
-from ..config import SAVED_BEFORE
+from ..config import as_this_version_by_dest
 from ..errors import UsageError, one_line
 
 SQLITE_BUSY_TIMEOUT_S = 300
@@ -159,10 +159,10 @@ def wait_for_settings(study: optuna.Study, timeout: float = 60.0) -> Optional[di
 def check_settings(name: str, recorded: dict[str, Any], settings: dict[str, Any]) -> None:
     """UsageError naming the first setting that differs from those the study was created with.
     A setting the study's version did not record reads as what its trials trained with
-    (:data:`~ppo_lstm.config.SAVED_BEFORE`: ``--rate-cap`` 8)."""
+    (:func:`~ppo_lstm.config.as_this_version_by_dest`)."""
     base = recorded.get("base")
     if isinstance(base, dict):
-        recorded = {**recorded, "base": {**SAVED_BEFORE, **base}}
+        recorded = {**recorded, "base": as_this_version_by_dest(base)}
     settings = json.loads(json.dumps(settings))
     for key in sorted(set(recorded) | set(settings)):
         old, new = recorded.get(key), settings.get(key)

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..config import SAVED_BEFORE, TrainConfig
+from ..config import TrainConfig, as_this_version
 from ..errors import UsageError
 from ..rundir.checkpoint import atomic_write_bytes
 from .config import WalkForwardConfig
@@ -76,11 +76,11 @@ def _compare(path: Path, saved: dict[str, Any], state: dict[str, Any]) -> None:
 
 def _as_this_version(settings: dict[str, Any]) -> dict[str, Any]:
     """Saved settings with a training setting the saving version did not have read as what its
-    jobs trained with (:data:`~ppo_lstm.config.SAVED_BEFORE`: ``--rate-cap`` 8), not as a change."""
+    jobs trained with (:func:`~ppo_lstm.config.as_this_version`), not as a change."""
     train = settings.get("train")
     if not isinstance(train, dict):
         return settings
-    return {**settings, "train": {**SAVED_BEFORE, **train}}
+    return {**settings, "train": as_this_version(train)}
 
 
 def _flat(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:

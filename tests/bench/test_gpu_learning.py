@@ -21,10 +21,10 @@ def test_a_curve_is_scored_at_the_start_every_k_updates_and_at_the_end():
     assert walls == sorted(walls) and run["train_s"] >= walls[-1]
     capped = curve("regime-10bps", num_envs=8, seed=1, updates=8, every=8, episodes=10, device="cpu", cap=0.5)
     assert capped["rates"] == pytest.approx([1.5e-4, 5e-4])  # min(sqrt(1), 0.5), given explicitly
-    assert run["obs_dim"] == 32 + 3
-    spanned = curve("ou-10bps", num_envs=8, seed=1, updates=8, every=8, episodes=10, device="cpu", cap=None,
-                    env_fields={"ema_spans": "500"})  # as --env ema_spans=500 gives it
-    assert spanned["obs_dim"] == 32 + 3 + 1 and spanned["market"] == "ou-10bps"
+    assert run["obs_dim"] == 32 + 3 + 1  # + the default EMA(500) deviation
+    plain = curve("ou-10bps", num_envs=8, seed=1, updates=8, every=8, episodes=10, device="cpu", cap=None,
+                  env_fields={"ema_spans": "none"})  # as --env ema_spans=none gives it
+    assert plain["obs_dim"] == 32 + 3 and plain["market"] == "ou-10bps"
     ref = 2.0
     s = summary([run], ref)
     assert s["final_mean"] == pytest.approx(run["curve"][-1][2] / ref) and set(s["reach"]) == {"50", "80", "90"}

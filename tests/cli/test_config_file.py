@@ -109,13 +109,25 @@ def test_print_config_round_trips(tmp_path):
     flags = [*TINY, "--target-kl", "0.015", "--no-anneal-lr", "--num-gpus", "3", "--autocast", "bf16",
              "--data", "prices.csv", "--date-format", "%d.%m.%Y", "--data-start", "2020-01-01", "--no-short",
              "--fee-bps", "2.5", "--learning-rate-critic", "1e-5", "--overwrite", "--spin-ms", "0"]
-    for args in ([], flags):
+    for args in ([], ["--ema-spans", "none"], flags):
         result = cli_in_process(tmp_path, *args, "--print-config")
         assert result.returncode == 0 and result.stderr == ""
         config = parse_flags(["--config", write(tmp_path / "printed.yaml", result.stdout)])[0]
         assert config == parse_flags(args)[0]
+        if args == ["--ema-spans", "none"]:  # no spans: written as none, since a null reads as "no value"
+            assert "ema-spans: none" in result.stdout and config.env.ema_spans is None
     assert "autocast: bf16" in result.stdout and "date-format: '%d.%m.%Y'" in result.stdout
     assert not (tmp_path / "checkpoints").exists()  # printing starts nothing
+
+
+def test_a_config_file_an_older_version_wrote_reads_as_its_run_trained(tmp_path):
+    """Before --ema-spans 500 and --feature-window 1024 were defaults, a saved config.yaml said
+    `ema-spans: null` and `feature-window: 256` (without --features): no EMA entry, and no error."""
+    text = cli_in_process(tmp_path, *TINY, "--print-config").stdout
+    text = text.replace("ema-spans: '500'", "ema-spans: null").replace("feature-window: 1024", "feature-window: 256")
+    assert "ema-spans: null" in text and "feature-window: 256" in text
+    config = parse_flags(["--config", write(tmp_path / "old.yaml", text)])[0]
+    assert config.env.ema_spans is None and config.env.obs_dim == 8 + 3
 
 
 @pytest.mark.e2e

@@ -155,12 +155,17 @@ def test_ema_states_and_settings_that_do_not_fit_are_refused(ema: Path) -> None:
 def test_a_policy_without_spans_keeps_its_fingerprint_and_older_states() -> None:
     """Without --ema-spans the fingerprint is the one recorded before the setting existed (fixed weights,
     the value this version's predecessor computed), and a state written then (no EMA entries) is read."""
-    config = TrainConfig(env=EnvConfig(window=4, episode_length=16), hidden_size=8, lstm_size=8)
+    config = TrainConfig(env=EnvConfig(window=4, episode_length=16, ema_spans="none"), hidden_size=8, lstm_size=8)
     agent = RecurrentActorCritic(config.env.obs_dim, config.env.num_actions, 8, 8)
     with torch.no_grad():
         for i, (_, weight) in enumerate(sorted(agent.named_parameters())):
             weight.copy_(torch.linspace(-1, 1, weight.numel()).reshape(weight.shape) * (i + 1) / 10)
     assert checkpoint_fingerprint(agent, config) == "a3116edebc8189f337b3ab14fdd7c9a073481658353302414daf64001946ef80"
+    # a checkpoint's config saved before --ema-spans and --feature-window existed reads as no spans
+    older = {k: v for k, v in config.env.__dict__.items() if k not in ("ema_spans", "feature_window")}
+    read = TrainConfig.from_dict({"env": older, "hidden_size": 8, "lstm_size": 8})
+    assert read.env == dataclasses.replace(config.env, ema_spans=None)
+    assert checkpoint_fingerprint(agent, read) == checkpoint_fingerprint(agent, config)
     spanned = dataclasses.replace(config, env=dataclasses.replace(config.env, ema_spans="5"))
     assert checkpoint_fingerprint(agent, spanned) != checkpoint_fingerprint(agent, config)
 

@@ -19,6 +19,7 @@ from envs.config import EnvConfig
 from envs.data import load_ohlcv
 from envs.data.features import FEATURE_WINDOW, feature_zscores
 from ppo_lstm import TradingPolicy
+from ppo_lstm.config import as_this_version
 from ppo_lstm.deploy import export_onnx
 from ppo_lstm.deploy.spec import env_settings
 from ppo_lstm.deploy.state import seal
@@ -55,7 +56,7 @@ def test_the_stream_takes_the_backtests_decisions_with_the_runs_window(run: Path
     got = np.array([d.observation for d in decisions])
     assert np.array_equal(got, observations)
     # the features part is the 24-bar z-score of the whole file, not the default window's
-    z = got[:, W + 3:]
+    z = got[:, W + 3:W + 3 + len(env.feature_names)]  # then the default EMA deviation
     assert np.array_equal(z, feature_zscores(data.features, WINDOW)[first:])
     assert not np.allclose(z, feature_zscores(data.features, FEATURE_WINDOW)[first:], atol=0.05)
 
@@ -75,7 +76,8 @@ def test_the_state_keeps_the_windows_rows_and_refuses_another_window(run: Path, 
     assert rest == whole[-len(rest):] and len(rest) == len(data) - 150
     fresh = TradingPolicy.load(run / "checkpoints")
     other = seal({**state, "features": {**state["features"], "window": FEATURE_WINDOW}})
-    with pytest.raises(UsageError, match=r"other constants: window 256 \(now 24\); start a new state") as err:
+    with pytest.raises(UsageError, match=rf"other constants: window {FEATURE_WINDOW} \(now 24\); start a new "
+                                         rf"state") as err:
         fresh.load_state_dict(other)
     assert "\n" not in str(err.value) and fresh.bars == 0
 
@@ -102,8 +104,14 @@ def test_onnx_records_the_window_and_takes_the_checkpoints_decisions(run: Path, 
     assert [d.target_position for d in onnx_route] == [d.target_position for d in torch_route]
 
 
-def test_the_default_window_is_left_out_of_the_recorded_settings() -> None:
-    """A fingerprint and a state record the settings less a default window: those of a policy without
-    the flag are the ones recorded before it existed (the fingerprint pinned in test_ema_policy)."""
+def test_the_window_is_recorded_only_where_it_was_after_the_flag_existed() -> None:
+    """A fingerprint and a state record the settings less a window without feature columns and less one
+    of 256 bars, the default before 1,024: the settings of a policy written before the flag existed are
+    the ones recorded then (the fingerprint pinned in test_ema_policy), and read back as they trained."""
     assert "feature_window" not in env_settings(EnvConfig())
-    assert env_settings(dataclasses.replace(EnvConfig(), feature_window=1024))["feature_window"] == 1024
+    featured = EnvConfig(features="a")
+    assert env_settings(featured)["feature_window"] == FEATURE_WINDOW == 1024
+    assert "feature_window" not in env_settings(dataclasses.replace(featured, feature_window=256))
+    recorded = env_settings(dataclasses.replace(featured, feature_window=256))
+    assert as_this_version({"env": recorded})["env"]["feature_window"] == 256
+    assert as_this_version({"env": env_settings(EnvConfig())})["env"]["feature_window"] == FEATURE_WINDOW

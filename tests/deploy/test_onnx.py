@@ -49,7 +49,7 @@ def test_metadata_carries_what_a_consumer_needs(run: Path) -> None:
     assert json.loads(meta["env"]) == {k: getattr(env, k) for k in json.loads(meta["env"])}
     assert json.loads(meta["positions"]) == [-1, 0, 1] and json.loads(meta["features"]) == []
     assert spec_of(meta, "m").features == ()
-    assert (meta["obs_dim"], meta["lstm_size"], meta["time_scale"]) == ("15", "24", str(env.episode_length))
+    assert (meta["obs_dim"], meta["lstm_size"], meta["time_scale"]) == ("16", "24", str(env.episode_length))  # 12 + 3 + EMA(500)
     assert (meta["return_clip"], meta["rms_floor"], meta["upnl_scale"], meta["upnl_clip"]) == ("5.0", "1e-12",
                                                                                                 "10.0", "10.0")
     assert [i.name for i in model.graph.input] == ["observation", "h", "c"]
@@ -174,11 +174,11 @@ def featured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]
 
 def test_featured_metadata_names_the_columns_and_their_normalisation(featured: tuple[Path, Path, str]) -> None:
     run, model, printed = featured
-    assert "observation 13 (window 8, features vol_z,Mom)" in printed
+    assert "observation 14 (window 8, features vol_z,Mom, EMA spans 500)" in printed
     meta = {p.key: p.value for p in onnx.load(model).metadata_props}
     assert json.loads(meta["features"]) == ["vol_z", "Mom"] and json.loads(meta["env"])["features"] == "vol_z,Mom"
-    assert meta["obs_dim"] == "13"  # window 8 + 3 + 2 features
-    assert (meta["feature_window"], meta["feature_clip"]) == ("256", "5.0")
+    assert meta["obs_dim"] == "14"  # window 8 + 3 + 2 features + the default EMA(500) deviation
+    assert (meta["feature_window"], meta["feature_clip"]) == ("1024", "5.0")
     assert (meta["feature_std_floor_rel"], meta["feature_std_floor_abs"]) == ("1e-09", "0.0")
     assert "[W+3+j] the data's column features[j]" in meta["observation"]
     assert spec_of(meta, "m").features == ("vol_z", "Mom")

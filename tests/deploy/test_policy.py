@@ -16,7 +16,7 @@ import torch
 from deploy_fixtures import VOL_WARMUP, backtest_observations, featured_run, stream, train_tiny
 from envs.config import EnvConfig
 from envs.data import MarketData, date_span, load_ohlcv
-from envs.data.features import feature_zscores
+from envs.data.features import FEATURE_WINDOW, feature_zscores
 from envs.observation import normalised_returns
 from ppo_lstm import TradingPolicy
 from ppo_lstm.algo.agent import RecurrentActorCritic
@@ -246,7 +246,7 @@ def test_featured_stream_takes_the_backtests_decisions_bit_for_bit(featured: Pat
     defined (bar 30) unless --start puts them later (2021-03-01: bar 41), as in backtest_history."""
     agent, config = load_policy(featured / "checkpoints" / "best.pt")
     env, W = config.env, config.env.window
-    assert env.feature_names == ("vol_z", "Mom") and env.obs_dim == W + 5
+    assert env.feature_names == ("vol_z", "Mom") and env.obs_dim == W + 6  # + the default EMA(500) deviation
     data = load_ohlcv(featured / "prices.csv", features=env.feature_names)
     assert data.first_defined == VOL_WARMUP
     lo, hi = date_span(data, start)
@@ -264,8 +264,8 @@ def test_featured_stream_takes_the_backtests_decisions_bit_for_bit(featured: Pat
     assert np.array_equal(got, observations)
     assert torch.equal(torch.tensor([d.logits for d in decisions]), logits)
     # the features part is the whole file's rolling z-scores at the decision bars, and not all zero
-    assert np.array_equal(got[:, W + 3:], feature_zscores(data.features)[first:])
-    assert np.abs(got[:, W + 3:]).min(axis=0).max() > 0 and not np.isnan(got).any()
+    assert np.array_equal(got[:, W + 3:W + 5], feature_zscores(data.features)[first:])  # then the EMA's
+    assert np.abs(got[:, W + 3:W + 5]).min(axis=0).max() > 0 and not np.isnan(got).any()
     # warm_up from the file loads the feature columns itself: the same last decision
     assert TradingPolicy.load(featured / "checkpoints").warm_up(featured / "prices.csv", start) == decisions[-1]
 
@@ -285,7 +285,7 @@ def test_featured_state_round_trips_exactly(featured: Path, tmp_path: Path, cut:
     state = json.loads((tmp_path / "state.json").read_text())
     rows = state["features"]["rows"]
     assert len(rows) == cut and rows[0] == [None, None] and (rows[-1][0] is None) == (cut <= VOL_WARMUP)
-    assert (state["features"]["window"], state["features"]["clip"]) == (256, 5.0)
+    assert (state["features"]["window"], state["features"]["clip"]) == (FEATURE_WINDOW, 5.0)
     resumed = TradingPolicy.load(featured / "checkpoints")
     resumed.load_state(tmp_path / "state.json")
     assert resumed.state_dict() == first.state_dict()

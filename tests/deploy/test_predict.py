@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import ROOT, env_for_child
-from deploy_fixtures import VOL_WARMUP, featured_run, train_tiny, write_head
+from deploy_fixtures import BARS, VOL_WARMUP, featured_run, train_tiny, write_head
 from envs.data import load_ohlcv
 from ppo_lstm import TradingPolicy
 from ppo_lstm.evaluation import cli as evaluate
@@ -246,7 +246,7 @@ def test_featured_decisions_are_evaluates_positions(featured: Path, capsys: pyte
 def test_featured_state_gives_exactly_what_a_call_from_scratch_gives(featured: Path, capsys: pytest.CaptureFixture,
                                                                      tmp_path: Path) -> None:
     saved = check_state_matches_scratch(featured, capsys, tmp_path, (VOL_WARMUP + 1, VOL_WARMUP + 2, VOL_WARMUP + 2, 90))
-    assert saved["features"]["names"] == ["vol_z", "Mom"] and len(saved["features"]["rows"]) == 256
+    assert saved["features"]["names"] == ["vol_z", "Mom"] and len(saved["features"]["rows"]) == BARS  # every bar: < 1,024
 
 
 def test_featured_bad_inputs_are_one_line_and_exit_2(featured: Path, capsys: pytest.CaptureFixture,
@@ -271,7 +271,7 @@ def test_featured_bad_inputs_are_one_line_and_exit_2(featured: Path, capsys: pyt
               match="are not the 100 bars the state has consumed")
     # a state whose feature normaliser does not match
     saved = json.loads(state.read_text())
-    for change, match in (({"window": 64}, "feature normaliser has other constants: window 64 (now 256)"),
+    for change, match in (({"window": 64}, "feature normaliser has other constants: window 64 (now 1024)"),
                           ({"rows": saved["features"]["rows"][:-1]}, "not a valid policy state (its feature "
                                                                      "normaliser holds 99 rows; 100 expected")):
         state.write_text(json.dumps({**saved, "features": {**saved["features"], **change}}))

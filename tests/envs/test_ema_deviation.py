@@ -17,13 +17,14 @@ WINDOW, LENGTH = 8, 16  # TINY's
 
 
 def test_spans_parse_and_bad_ones_say_how_to_fix_them():
-    assert parse_ema_spans(None) == () and parse_ema_spans(" ") == ()
+    assert parse_ema_spans(None) == () and parse_ema_spans(" ") == () and parse_ema_spans(" None ") == ()
     assert parse_ema_spans("200") == (200,) and parse_ema_spans(" 64, 200 ") == (64, 200)
     for text, message in [("1", "must be 2..100000"), ("20,x", "'x' is not a whole number"),
                           ("20,20", "the span 20 twice"), ("2.5", "not a whole number")]:
         with pytest.raises(ValueError, match=message):
             parse_ema_spans(text)
-    assert EnvConfig(ema_spans="64,200").obs_dim == EnvConfig().obs_dim + 2
+    assert EnvConfig(ema_spans="64,200").obs_dim == EnvConfig(ema_spans="none").obs_dim + 2
+    assert EnvConfig().spans == (500,) and EnvConfig().obs_dim == EnvConfig(ema_spans=None).obs_dim + 1
 
 
 def test_levels_are_pandas_ewm_with_adjust_false():
@@ -82,7 +83,8 @@ def test_simulated_episodes_observe_the_rule_from_their_own_bars():
         obs, *_ = env.step(np.random.default_rng(j).integers(0, 3, 6))
     # the same seed, the same observations; and the first W+3 entries are the plain env's
     again = VectorTradingEnv(6, config).reset(seed=3)[0]
-    plain = VectorTradingEnv(6, EnvConfig(market="ou", window=WINDOW, episode_length=LENGTH)).reset(seed=3)[0]
+    plain = VectorTradingEnv(6, EnvConfig(market="ou", window=WINDOW, episode_length=LENGTH, ema_spans="none")
+                             ).reset(seed=3)[0]
     np.testing.assert_array_equal(again[:, :WINDOW + 3], plain)
     assert not np.allclose(again[:, WINDOW + 3:], 0.0)
 
@@ -100,7 +102,8 @@ def test_historical_episodes_read_the_files_deviations_after_the_features(tmp_pa
     for j in range(LENGTH):
         np.testing.assert_array_equal(obs[:, -1:], want[start + WINDOW + j])
         obs, *_ = env.step(np.zeros(8, np.int64))
-    plain = VectorTradingEnv(8, EnvConfig(window=WINDOW, episode_length=LENGTH, features="Sig"), data=data)
+    plain = VectorTradingEnv(8, EnvConfig(window=WINDOW, episode_length=LENGTH, features="Sig", ema_spans="none"),
+                             data=data)
     np.testing.assert_array_equal(plain.reset(seed=2)[0], VectorTradingEnv(8, config, data=data).reset(seed=2)[0][:, :-1])
 
 
@@ -116,6 +119,32 @@ def test_train_evaluate_and_resume_with_ema_spans(tmp_path):
     resumed = cli_in_process(tmp_path, *TINY, "--resume", "--episodes", "24")
     assert resumed.returncode == 0, resumed.output
     assert load_state(tmp_path / "checkpoints" / "checkpoint_u00000012.pt")["config"]["env"]["ema_spans"] == "20,100"
+
+
+def test_a_run_saved_before_ema_spans_resumes_and_evaluates_without_the_entry(tmp_path):
+    """A checkpoint whose config has no ema_spans and no feature_window (written before them) is a run
+    without the EMA entry: it resumes with no change of settings and evaluates, under the default of 500."""
+    import torch
+
+    from ppo_lstm.evaluation.cli import main as evaluate_main
+
+    first = cli_in_process(tmp_path, *TINY, "--ema-spans", "none", "--episodes", "16", "--checkpoint-interval", "8")
+    assert first.returncode == 0, first.output
+    for path in (tmp_path / "checkpoints").glob("*.pt"):  # as an older version wrote it
+        state = torch.load(path, weights_only=True)
+        assert state["config"]["env"]["ema_spans"] is None
+        del state["config"]["env"]["ema_spans"], state["config"]["env"]["feature_window"]
+        torch.save(state, path)
+    again = cli_in_process(tmp_path, *TINY, "--resume", "--episodes", "24")
+    assert again.returncode == 0 and "Resumed from " in again.stdout, again.output
+    assert "ema-spans" not in again.stdout and "warning" not in again.output  # no change: its own envs go on
+    state = load_state(tmp_path / "checkpoints" / "checkpoint_u00000012.pt")
+    assert state["config"]["env"]["ema_spans"] is None and state["model"]["encoder.0.weight"].shape[1] == WINDOW + 3
+    assert evaluate_main(["--checkpoint", str(tmp_path / "checkpoints" / "best.pt"), "--episodes", "4"]) == 0
+    other = cli_in_process(tmp_path, *TINY, "--resume", "--episodes", "32", "--ema-spans", "200")
+    assert other.returncode == 2 and len(other.error_lines()) == 1, other.output  # the sizes name the spans
+    assert "--lstm-size 16 --window 8 --max-position 1 --ema-spans none, but this run asks for" in other.stderr
+    assert other.stderr.rstrip().endswith("--ema-spans 200; use the checkpoint's sizes or another --checkpoint-dir")
 
 
 def test_a_bad_span_is_one_line_exit_2(tmp_path):

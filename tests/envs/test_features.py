@@ -97,7 +97,7 @@ def test_feature_names_and_first_defined_bar():
     x[:3, 0] = np.nan
     x[:5, 1] = np.nan
     assert first_defined_bar(x) == 5 and first_defined_bar(None) == 0
-    assert EnvConfig(window=8, features="a,b").obs_dim == 8 + 3 + 2
+    assert EnvConfig(window=8, features="a,b").obs_dim == 8 + 3 + 2 + 1  # + the default EMA(500) deviation
 
 
 # ----------------------------------------------------------------------------- the loader
@@ -141,7 +141,7 @@ def test_observations_carry_the_normalised_features_at_the_decision_bar(tmp_path
     write_prices(tmp_path / "p.csv", 400, warmup=60)
     data = load_ohlcv(tmp_path / "p.csv", features=("Sig", "Volume"))
     z = feature_zscores(data.features)
-    config = EnvConfig(window=WINDOW, episode_length=LENGTH, features="Sig,Volume")
+    config = EnvConfig(window=WINDOW, episode_length=LENGTH, features="Sig,Volume", ema_spans="none")
     env = VectorTradingEnv(16, config, data=data)
     obs, _ = env.reset(seed=5)
     assert obs.shape == (16, WINDOW + 5) and env.single_observation_space.contains(obs[0])
@@ -155,7 +155,8 @@ def test_observations_carry_the_normalised_features_at_the_decision_bar(tmp_path
     # without a warm-up, the first W+3 entries are the plain observation's
     write_prices(tmp_path / "full.csv", 400)
     full = load_ohlcv(tmp_path / "full.csv", features=("Sig", "Volume"))
-    plain = VectorTradingEnv(16, EnvConfig(window=WINDOW, episode_length=LENGTH), data=full).reset(seed=5)[0]
+    plain = VectorTradingEnv(16, EnvConfig(window=WINDOW, episode_length=LENGTH, ema_spans="none"), data=full
+                             ).reset(seed=5)[0]
     np.testing.assert_array_equal(plain, VectorTradingEnv(16, config, data=full).reset(seed=5)[0][:, :WINDOW + 3])
 
 
@@ -179,7 +180,7 @@ def test_train_holdout_evaluate_and_resume_with_features(tmp_path):
     assert result.returncode == 0, result.output
     state = load_state(tmp_path / "checkpoints" / "best.pt")
     assert state["config"]["env"]["features"] == "sig,VOLUME"
-    assert state["model"]["encoder.0.weight"].shape[1] == WINDOW + 5
+    assert state["model"]["encoder.0.weight"].shape[1] == WINDOW + 6  # + 2 features + the EMA(500) deviation
     agent, config = load_policy(tmp_path / "checkpoints" / "best.pt")
     assert config.env.feature_names == ("sig", "VOLUME")
     # the printed command reproduces the hold-out figures without being told the features

@@ -22,7 +22,7 @@ def random_walk_data(bars: int, seed: int) -> MarketData:
                       volume=np.ones(bars), bar_seconds=86400.0)
 
 
-CFG = EnvConfig(window=6, episode_length=10, max_position=2)
+CFG = EnvConfig(window=6, episode_length=10, max_position=2, ema_spans="none")
 N = 5
 
 
@@ -67,7 +67,8 @@ def test_sim_and_history_normalisation_agree() -> None:
 
 
 def test_observer_features_and_in_step_slice() -> None:
-    cfg = EnvConfig(window=4, episode_length=8, max_position=2, initial_cash=1000.0, fee_bps=0.0, slippage_bps=0.0)
+    cfg = EnvConfig(window=4, episode_length=8, max_position=2, initial_cash=1000.0, fee_bps=0.0, slippage_bps=0.0,
+                    ema_spans="none")
     n = 3
     observer, ledger = Observer(n, cfg), Ledger(n, cfg)
     observer.z[...] = np.arange(n * 12, dtype=np.float32).reshape(n, 12) / 100

@@ -45,10 +45,10 @@ def test_check_env_historical() -> None:
 def test_spaces_and_obs() -> None:
     env = TradingEnv(EnvConfig(window=16, max_position=3), market="gbm")
     assert env.action_space == gymnasium.spaces.Discrete(7)
-    assert env.observation_space.shape == (19,) and env.observation_space.dtype == np.float32
+    assert env.observation_space.shape == (20,) and env.observation_space.dtype == np.float32  # 16 + 3 + EMA(500)
     obs, info = env.reset(seed=1)
-    assert obs.dtype == np.float32 and obs.shape == (19,) and info == {}
-    assert obs[16:].tolist() == [0.0, 0.0, 0.0]  # flat, no PnL, no time in position
+    assert obs.dtype == np.float32 and obs.shape == (20,) and info == {}
+    assert obs[16:19].tolist() == [0.0, 0.0, 0.0]  # flat, no PnL, no time in position; then the EMA deviation
     assert TradingEnv(no_short=True, max_position=2).action_space.n == 3
 
 

@@ -151,8 +151,8 @@ def test_spaces_and_metadata() -> None:
     venv = VectorTradingEnv(4, max_position=2, window=16)
     assert venv.metadata["autoreset_mode"] == gymnasium.vector.AutoresetMode.SAME_STEP
     assert venv.single_action_space == gymnasium.spaces.Discrete(5)
-    assert venv.single_observation_space.shape == (19,)
-    assert venv.observation_space.shape == (4, 19)
+    assert venv.single_observation_space.shape == (20,)  # 16 returns + 3 + the default EMA(500) deviation
+    assert venv.observation_space.shape == (4, 20)
     assert venv.action_space.shape == (4,)
     obs, _ = venv.reset(seed=0)
     assert obs in venv.observation_space
@@ -164,7 +164,7 @@ def test_make_vec() -> None:
     venv = gymnasium.make_vec("ppo_lstm_trader/Regime-v0", num_envs=8, vectorization_mode="vector_entry_point")
     assert isinstance(venv, VectorTradingEnv) and venv.num_envs == 8 and venv.config.market == "regime"
     obs, _ = venv.reset(seed=0)
-    assert obs.shape == (8, 35)
+    assert obs.shape == (8, 36)
     venv = gymnasium.make_vec(envs.ENV_ID, num_envs=2, vectorization_mode="vector_entry_point", max_position=3)
     assert venv.single_action_space.n == 7
 

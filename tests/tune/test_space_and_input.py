@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ppo_lstm.config import build_parser as train_parser
+from envs.config import EnvConfig
+from ppo_lstm.config import TrainConfig, build_parser as train_parser
 from ppo_lstm.errors import UsageError
 from ppo_lstm.tune.cli import main
 from ppo_lstm.tune.report import run_settings
@@ -150,9 +151,22 @@ def test_the_pruners_step_is_the_episode_or_with_train_for_the_share_of_the_time
 
 def test_a_study_recorded_before_rate_cap_reads_as_the_x8_its_trials_trained_with():
     from ppo_lstm.errors import UsageError
+    from ppo_lstm.tune.report import run_settings
     from ppo_lstm.tune.storage import check_settings
-    old = {"trials": 4, "base": {"num_envs": 64, "cost_warmup": 0.5, "env.fee_bps": 10.0}}  # before --rate-cap
-    now = {"trials": 4, "base": {"num_envs": 64, "cost_warmup": 0.5, "env.fee_bps": 10.0}}
-    check_settings("s", old, {**now, "base": {**now["base"], "rate_cap": 8.0}})
+    now = {"trials": 4, "base": run_settings(TrainConfig(rate_cap=8.0))}
+    old = {"trials": 4, "base": {k: v for k, v in now["base"].items() if k != "rate_cap"}}  # before --rate-cap
+    check_settings("s", old, now)
     with pytest.raises(UsageError, match=r"created with base rate_cap = 8\.0, this command gives 4\.0"):
-        check_settings("s", old, {**now, "base": {**now["base"], "rate_cap": 4.0}})
+        check_settings("s", old, {**now, "base": run_settings(TrainConfig())})
+
+
+def test_a_study_recorded_before_ema_spans_reads_as_one_without_the_entry():
+    from ppo_lstm.errors import UsageError
+    from ppo_lstm.tune.report import run_settings
+    from ppo_lstm.tune.storage import check_settings
+    now = {"trials": 4, "base": run_settings(TrainConfig(env=EnvConfig(ema_spans="none")))}
+    old = {"trials": 4, "base": {k: v for k, v in now["base"].items()  # before --ema-spans and --feature-window
+                                 if k not in ("env.ema_spans", "env.feature_window")}}
+    check_settings("s", old, now)
+    with pytest.raises(UsageError, match=r'created with base env.ema_spans = null, this command gives "500"'):
+        check_settings("s", old, {**now, "base": run_settings(TrainConfig())})

@@ -120,3 +120,22 @@ def test_a_walk_forward_saved_before_rate_cap_resumes_at_the_cap_its_jobs_traine
     assert code == 2 and "other settings (rate-cap 8.0 -> 4.0)" in line, line
     again = parse_command_line([*args, "--rate-cap", "8"])
     check_or_write(out, again.wf, again.train, [str(data)])  # the same settings: no error
+
+
+def test_a_walk_forward_saved_before_ema_spans_resumes_without_the_entry(data: Path, tmp_path: Path) -> None:
+    """walkforward.json written before --ema-spans and --feature-window: its jobs trained without an EMA
+    entry, so the default span 500 is a change (named), and --ema-spans none resumes it."""
+    from ppo_lstm.walkforward.cli import parse_command_line
+    from ppo_lstm.walkforward.state import check_or_write
+    out = tmp_path / "out"
+    args = ["--data", str(data), "--out", str(out), "--folds", "2", "--test-size", "20", *SMALL]
+    command = parse_command_line([*args, "--ema-spans", "none"])
+    check_or_write(out, command.wf, command.train, [str(data)])
+    state = json.loads((out / STATE_NAME).read_text())
+    assert state["settings"]["train"]["env"]["ema_spans"] is None
+    del state["settings"]["train"]["env"]["ema_spans"], state["settings"]["train"]["env"]["feature_window"]
+    (out / STATE_NAME).write_text(json.dumps(state))
+    code, line = run(*args)
+    assert code == 2 and "other settings (ema-spans None -> 500)" in line, line
+    again = parse_command_line([*args, "--ema-spans", "none"])
+    check_or_write(out, again.wf, again.train, [str(data)])  # the same settings: no error
