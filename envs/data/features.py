@@ -88,8 +88,10 @@ def _window_stats(values: np.ndarray, defined: np.ndarray, window: int) -> tuple
     return mean, np.sqrt(spread / count)
 
 
-def feature_zscores(values: np.ndarray, window: int = FEATURE_WINDOW) -> np.ndarray:
-    """Normalised features ``[n, F]`` float32 of raw columns ``values [n, F]`` (the module's rule).
+def feature_zscores(values: np.ndarray, window: int = FEATURE_WINDOW, last: int | None = None) -> np.ndarray:
+    """Normalised features ``[n, F]`` float32 of raw columns ``values [n, F]`` (the module's rule);
+    with ``last``, those of the last ``last`` rows only ``[last, F]``, the same bits for a fraction
+    of the work (a live feed's new bar after the rows it keeps).
 
     NaN rows (absent values) give NaN; every other row is finite and within +-FEATURE_CLIP.
     """
@@ -102,13 +104,14 @@ def feature_zscores(values: np.ndarray, window: int = FEATURE_WINDOW) -> np.ndar
     pad = np.zeros((window - 1, f))
     padded = np.concatenate([pad, filled])  # [window-1+n, F]
     padded_def = np.concatenate([pad, defined.astype(np.float64)])
-    out = np.empty((n, f), np.float32)
-    for lo in range(0, n, _CHUNK):
+    start = 0 if last is None else max(0, n - last)
+    out = np.empty((n - start, f), np.float32)
+    for lo in range(start, n, _CHUNK):
         hi = min(n, lo + _CHUNK)
         mean, std = _window_stats(padded[lo: hi + window - 1], padded_def[lo: hi + window - 1], window)
         z = _zscore(filled[lo:hi], mean, std)
         z[~defined[lo:hi]] = np.nan
-        out[lo:hi] = z
+        out[lo - start:hi - start] = z
     return out
 
 
@@ -172,4 +175,4 @@ class FeatureNormaliser:
         """z [F] of the newest bar fed (NaN before any)."""
         if not self._rows:
             return np.full(self.num_features, np.nan, np.float32)
-        return feature_zscores(np.stack(list(self._rows)), self.window)[-1]
+        return feature_zscores(np.stack(list(self._rows)), self.window, last=1)[-1]

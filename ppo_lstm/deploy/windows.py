@@ -120,7 +120,7 @@ class FeatureWindow:
             raise UsageError(f"{where}: no value (NaN) for feature {self.names[j]!r} after its first value; "
                              f"only a column's leading bars (its warm-up) may lack one")
         rows = np.concatenate([np.stack(previous), raw]) if previous else raw
-        return feature_zscores(rows, self.window)[len(previous):]
+        return feature_zscores(rows, self.window, last=len(raw))
 
     def state(self) -> dict[str, Any]:
         """The names, the constants and the rows as JSON data (NaN as None)."""

@@ -87,6 +87,9 @@ def test_the_streaming_normaliser_matches_the_file_bit_for_bit():
     stream = FeatureNormaliser(3, window)
     live = np.stack([stream.update(row) for row in x])
     assert np.array_equal(live, batch, equal_nan=True)
+    for last in (0, 1, 7, window + 5, len(x), len(x) + 3):  # the tail alone: the same bits
+        assert np.array_equal(feature_zscores(x, window, last=last), batch[len(batch) - min(last, len(x)):],
+                              equal_nan=True)
 
 
 def test_feature_names_and_first_defined_bar():
