@@ -174,8 +174,7 @@ def main() -> None:
             jobs += [{**common, "kind": "ours", "seed": s, "steps": args.steps, "overrides": overrides, "workers": 1,
                       "no_features": True, "pick": args.pick} for s in range(1, args.seeds + 1)]
         if sb3:
-            env_only = {k: v for k, v in overrides.items() if k.startswith("env.")}  # the same observation
-            jobs += [{**common, "kind": "sb3", "seed": s, "steps": args.sb3_steps, "overrides": env_only}
+            jobs += [{**common, "kind": "sb3", "seed": s, "steps": args.sb3_steps, "overrides": overrides}  # env.* only
                      for s in range(1, args.sb3_seeds + 1)]
     jobs.sort(key=lambda j: -(j["steps"] * (1.5 if j["kind"] == "sb3" else 1.0)))  # longest first
     launched = [job for job in jobs if job.get("workers", 1) > 1]  # each starts its own workers: in this process

@@ -15,6 +15,7 @@ import torch
 from ..algo.agent import RecurrentActorCritic
 from ..config import TrainConfig
 from ..errors import UsageError, one_line
+from ..train.build import model_flags
 from ..rundir.checkpoint import BEST_NAME, LATEST_NAME, CheckpointDir, CheckpointError, load_checkpoint
 from .backtest import BacktestResult
 from .samples import split_bars
@@ -74,11 +75,8 @@ def load_policy_and_data(path: str | os.PathLike, device: torch.device | str = "
         agent.load_state_dict(state["model"])
     except (RuntimeError, TypeError, KeyError, AttributeError) as err:
         raise UsageError(
-            f"{path}: the model does not match the checkpoint's settings (--hidden-size {config.hidden_size} "
-            f"--lstm-size {config.lstm_size} --window {config.env.window} --max-position "
-            f"{config.env.max_position}{' --no-short' if config.env.no_short else ''}"
-            f"{f' --features {config.env.features}' if config.env.features else ''}"
-            f" --ema-spans {config.env.ema_spans or 'none'}): {one_line(err)}") from None
+            f"{path}: the model does not match the checkpoint's settings ({model_flags(config)}): "
+            f"{one_line(err)}") from None
     fingerprint = state.get("data")
     return agent.to(device), config, fingerprint if isinstance(fingerprint, list) else None
 

@@ -38,11 +38,13 @@ def check_model_matches(config: TrainConfig, saved: dict[str, Any], path: Path) 
     if ours == theirs:
         return
     old = TrainConfig.from_dict(saved.get("config", {}))
+    raise UsageError(f"checkpoint {path} holds a model built with {model_flags(old)}, but this run asks for "
+                     f"{model_flags(config)}; use the checkpoint's sizes or another --checkpoint-dir")
 
-    def sizes(c: TrainConfig) -> str:
-        return (f"--hidden-size {c.hidden_size} --lstm-size {c.lstm_size} --window {c.env.window} "
-                f"--max-position {c.env.max_position}{' --no-short' if c.env.no_short else ''}"
-                f"{f' --features {c.env.features}' if c.env.features else ''}"
-                f" --ema-spans {c.env.ema_spans or 'none'}")
-    raise UsageError(f"checkpoint {path} holds a model built with {sizes(old)}, but this run asks for "
-                     f"{sizes(config)}; use the checkpoint's sizes or another --checkpoint-dir")
+
+def model_flags(c: TrainConfig) -> str:
+    """The flags that set the model's shapes (its input size among them), as a command line gives them."""
+    return (f"--hidden-size {c.hidden_size} --lstm-size {c.lstm_size} --window {c.env.window} "
+            f"--max-position {c.env.max_position}{' --no-short' if c.env.no_short else ''}"
+            f"{f' --features {c.env.features}' if c.env.features else ''}"
+            f" --ema-spans {c.env.ema_spans or 'none'}")
