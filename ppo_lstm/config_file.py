@@ -40,11 +40,6 @@ from typing import Any, Iterable, Optional
 
 import yaml
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
 from .config_values import _is_paired_switch, _kind_of, convert, show
 from .errors import Switch, UsageError, one_line
 
@@ -272,6 +267,10 @@ def _load_yaml(path: str, text: str) -> tuple[Any, dict[Any, int]]:
 
 
 def _load_toml(path: str, text: str) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):  # imported here: a TOML file is rare, and every start-up would pay for it
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:

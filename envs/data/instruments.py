@@ -9,9 +9,12 @@ with the same name are refused, since reports are keyed by it.
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from envs.data.loading import DataError, MarketData, load_ohlcv
+from envs.data.errors import DataError
+
+if TYPE_CHECKING:
+    from envs.data.loading import MarketData
 
 DATA_SUFFIXES = (".csv", ".csv.gz", ".parquet", ".pq")
 
@@ -52,4 +55,6 @@ def load_instruments(paths: str | os.PathLike | Sequence[str | os.PathLike], dat
                      min_rows: int = 2, features: Sequence[str] = ()) -> list[MarketData]:
     """Every instrument of ``paths`` loaded by :func:`envs.data.load_ohlcv` (DataError, one line,
     naming the file, for the first that fails)."""
+    from envs.data.loading import load_ohlcv  # pandas: imported when a file is read, not at start-up
+
     return [load_ohlcv(path, date_format, min_rows=min_rows, features=features) for path in data_paths(paths)]

@@ -11,13 +11,12 @@ log-probs and rewards stay on the device. On the CPU the same code makes no copy
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from envs.data import MarketData
 from envs.vector import VectorTradingEnv
 
 from .agent import LSTMState, RecurrentActorCritic
@@ -27,6 +26,9 @@ from ..errors import TrainingError
 from .episodes import EPISODE_FIELDS, episode_records
 from .seeding import derive_seed, env_seeds
 from .staging import StepStaging
+
+if TYPE_CHECKING:
+    from envs.data import MarketData
 
 
 NON_FINITE_ADVICE = ("lower --learning-rate-actor/--learning-rate-critic or --max-grad-norm, "

@@ -39,20 +39,21 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, replace
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
-import pandas as pd
 import torch
 from gymnasium.utils import seeding
 
 from envs.config import EnvConfig
 from envs.core import TradingCore
-from envs.data import MarketData, date_span
 
 from ..algo.agent import RecurrentActorCritic
 from .metrics import TradingMetrics, trading_metrics
 from .samples import SampleSplit
+
+if TYPE_CHECKING:
+    from envs.data import MarketData
 
 # Simulated paths have no calendar; their volatility (0.5-2 % a bar) is daily-like.
 SIMULATED_PERIODS_PER_YEAR = 252.0
@@ -96,12 +97,12 @@ class BacktestResult:
     def start(self) -> Optional[str]:
         """ISO timestamp of the first decision bar (row 0: the account opens at its close, the
         first trade fills at the next open); None when simulated."""
-        return None if self.simulated else pd.Timestamp(self.time[0]).isoformat()
+        return None if self.simulated else iso_stamp(self.time[0])
 
     @property
     def end(self) -> Optional[str]:
         """ISO timestamp of the last bar traded; None when simulated."""
-        return None if self.simulated else pd.Timestamp(self.time[-1]).isoformat()
+        return None if self.simulated else iso_stamp(self.time[-1])
 
 
 # ----------------------------------------------------------------------------- the public API
@@ -127,7 +128,15 @@ def first_decision_bar(data: MarketData, start: int, window: int, features: bool
 
 
 def _iso(data: MarketData, bar: int) -> str:
-    return pd.Timestamp(data.timestamps[bar]).isoformat()
+    return iso_stamp(data.timestamps[bar])
+
+
+def iso_stamp(stamp: object) -> str:
+    """A bar's stamp as ISO text with its time of day (``2024-01-05T00:00:00``), so that an ``--end``
+    written from it selects exactly up to that bar rather than its whole day."""
+    import pandas as pd  # imported here, with the data: a run on a simulated market never loads pandas
+
+    return pd.Timestamp(stamp).isoformat()
 
 
 def backtest_history(agent: RecurrentActorCritic, env_config: EnvConfig, data: MarketData,
@@ -339,6 +348,8 @@ def _bar_bounds(data: MarketData, start: int | str | datetime.date,
     lo = int(start) if not is_date(start) else None
     hi = len(data) if end is None else (int(end) if not is_date(end) else None)
     if lo is None or hi is None:
+        from envs.data import date_span  # the loader's, imported with the data
+
         as_text = [value.isoformat() if isinstance(value, datetime.date) else value for value in (start, end)]
         span = date_span(data, as_text[0] if lo is None else None, as_text[1] if hi is None else None,
                          flags=("start", "end"))

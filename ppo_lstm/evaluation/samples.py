@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
-import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -69,6 +68,8 @@ def split_bars(times: np.ndarray, trained_on: Optional[list[dict]], name: str) -
     fingerprint ``trained_on`` (instrument ``name``'s entry, else all); None when it records none."""
     if not trained_on:
         return None
+    import pandas as pd  # imported here, with the data: a run on a simulated market never loads pandas
+
     own = [e for e in trained_on if e.get("name") == name] or trained_on
     try:
         first = min(pd.Timestamp(e["train_first"]) for e in own)

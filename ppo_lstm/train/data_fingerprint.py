@@ -20,25 +20,25 @@ itself is a change of settings (``run_state``), not checked here.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
-import pandas as pd
 
-from envs.data import MarketData
 from envs.data.instruments import instrument_name
 
 from ..config import TrainConfig
 from ..errors import UsageError
+from ..evaluation.backtest import iso_stamp
 from .holdout import DataSplit
+
+if TYPE_CHECKING:
+    from envs.data import MarketData
 
 FINGERPRINT_KEY = "data"  # the checkpoint's entry
 SELECTING_SETTINGS = ("data", "data_start", "data_end", "date_format")  # what picks the bars
 COMPARED = ("bars", "first", "last", "sha256")
 
 
-def _iso(stamp: Any) -> str:
-    return pd.Timestamp(stamp).isoformat()
 
 
 def instrument_fingerprint(data: MarketData, split: DataSplit) -> dict[str, Any]:
@@ -53,9 +53,9 @@ def instrument_fingerprint(data: MarketData, split: DataSplit) -> dict[str, Any]
         digest.update(",".join(map(str, data.feature_names)).encode())
         digest.update(np.ascontiguousarray(np.asarray(data.features[lo:hi], dtype=np.float64)).tobytes())
     times = data.timestamps
-    return {"name": instrument_name(data.source), "bars": hi - lo, "first": _iso(times[lo]),
-            "last": _iso(times[hi - 1]), "sha256": digest.hexdigest(), "train_first": _iso(times[lo]),
-            "train_last": _iso(times[split.split - 1])}
+    return {"name": instrument_name(data.source), "bars": hi - lo, "first": iso_stamp(times[lo]),
+            "last": iso_stamp(times[hi - 1]), "sha256": digest.hexdigest(), "train_first": iso_stamp(times[lo]),
+            "train_last": iso_stamp(times[split.split - 1])}
 
 
 def data_fingerprint(datas: Optional[Sequence[MarketData]], splits: Optional[Sequence[DataSplit]]

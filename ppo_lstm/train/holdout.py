@@ -34,20 +34,22 @@ from __future__ import annotations
 import math
 import shlex
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 import numpy as np
-import pandas as pd
 import torch
 
-from envs.data import DataError, MarketData, date_span
+from envs.data.errors import DataError
 from envs.data.instruments import instrument_name, load_instruments
 
 from ..algo.agent import RecurrentActorCritic
-from ..evaluation.backtest import BacktestResult, backtest_history, backtest_simulated
+from ..evaluation.backtest import BacktestResult, backtest_history, backtest_simulated, iso_stamp
 from ..config import TrainConfig
 from ..errors import UsageError
 from ..rundir.logger import HOLDOUT_COLUMNS
+
+if TYPE_CHECKING:
+    from envs.data import MarketData
 
 MIN_HOLDOUT_BARS = 3  # the fewest held-out bars a backtest can score with a Sharpe ratio (the first decides)
 
@@ -79,6 +81,8 @@ class DataSplit:
 def split_data(data: MarketData, config: TrainConfig) -> DataSplit:
     """The training and hold-out bars of ``data`` under ``config``; UsageError (one line)
     when the dates select nothing or either part is too short."""
+    from envs.data import date_span  # the loader's, imported with the data
+
     try:
         lo, hi = date_span(data, config.data_start, config.data_end, flags=("--data-start", "--data-end"))
     except DataError as err:
@@ -112,6 +116,8 @@ def split_instruments(datas: Sequence[MarketData], config: TrainConfig) -> list[
     dates select nothing of one, or the cut leaves one too few training or held-out bars."""
     if len(datas) == 1:
         return [split_data(datas[0], config)]
+    from envs.data import date_span
+
     spans = []
     for data in datas:
         try:
@@ -189,6 +195,8 @@ HoldoutResult = Union[BacktestResult, InstrumentsResult]
 
 
 def _day(stamp: Any) -> str:
+    import pandas as pd  # imported here, with the data: a run on a simulated market never loads pandas
+
     return str(pd.Timestamp(stamp))
 
 
@@ -199,7 +207,7 @@ class Holdout:
 
     def __init__(self, config: TrainConfig, data: Union[MarketData, Sequence[MarketData], None],
                  split: Union[DataSplit, Sequence[DataSplit], None]) -> None:
-        datas = None if data is None else ([data] if isinstance(data, MarketData) else list(data))
+        datas = None if data is None else (list(data) if isinstance(data, (list, tuple)) else [data])
         splits = None if split is None else ([split] if isinstance(split, DataSplit) else list(split))
         self.config, self.datas, self.splits = config, datas, splits
         self.data = datas[0] if datas and len(datas) == 1 else None  # one instrument: as it always was
@@ -306,7 +314,7 @@ class Holdout:
         for data, split in zip(self.datas, self.splits):
             lo, hi = split.backtest_span()
             words = ["evaluate-ppo-lstm", "--checkpoint", checkpoint, "--data", data.source, "--start",
-                     _iso(data.timestamps[lo]), "--end", _iso(data.timestamps[hi - 1])]
+                     iso_stamp(data.timestamps[lo]), "--end", iso_stamp(data.timestamps[hi - 1])]
             if self.config.date_format:
                 words += ["--date-format", self.config.date_format]
             out.append(" ".join(shlex.quote(w) for w in words))
@@ -318,8 +326,8 @@ class Holdout:
         if self.data is not None:
             assert self.split is not None
             lo, hi = self.split.backtest_span()
-            words += ["--data", str(self.config.data), "--start", _iso(self.data.timestamps[lo]),
-                      "--end", _iso(self.data.timestamps[hi - 1])]
+            words += ["--data", str(self.config.data), "--start", iso_stamp(self.data.timestamps[lo]),
+                      "--end", iso_stamp(self.data.timestamps[hi - 1])]
             if self.config.date_format:
                 words += ["--date-format", self.config.date_format]
         else:
@@ -327,10 +335,6 @@ class Holdout:
         return " ".join(shlex.quote(w) for w in words)
 
 
-def _iso(stamp: Any) -> str:
-    """A bar's stamp with its time of day (``2024-01-05T00:00:00``), so that ``--end``
-    selects exactly up to that bar rather than its whole day."""
-    return pd.Timestamp(stamp).isoformat()
 
 
 def _pct(value: Optional[float], signed: bool = True) -> str:

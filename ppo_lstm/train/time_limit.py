@@ -18,8 +18,6 @@ import math
 import warnings
 from typing import TYPE_CHECKING, Optional
 
-import pandas as pd
-
 from ..errors import UsageError
 
 if TYPE_CHECKING:
@@ -36,6 +34,8 @@ def limit_seconds(text: Optional[str], flag: str = "--time-limit") -> Optional[f
     try:
         seconds = float(words)
     except ValueError:
+        import pandas as pd  # here, not at the top: most runs start without a duration to read
+
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # pandas warns of some deprecated unit spellings

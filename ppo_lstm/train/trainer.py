@@ -16,12 +16,10 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 import torch
-
-from envs.data import MarketData
 
 from .agreement import exchange
 from .build import build_agent, build_optimizer, check_model_matches
@@ -44,6 +42,9 @@ from ..algo.seeding import derive_seed
 from .shutdown import StopRequest
 from .time_limit import UNFITTED_EPISODES, TimeBudget, schedules_at, time_up_line
 from .timing import PhaseClock, peak_rss_mb
+
+if TYPE_CHECKING:
+    from envs.data import MarketData
 
 # Debug/test hook: when set to a directory, every rank saves its final model and optimizer
 # state there as rank<r>_final.pt after training finishes (to check ranks end bitwise equal).

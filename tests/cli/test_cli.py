@@ -26,6 +26,21 @@ def run_cli(cwd, *args, script="train_ppo_lstm.py", timeout=120):
 
 
 @pytest.mark.e2e
+def test_a_run_on_a_simulated_market_starts_and_ends_without_pandas_or_tomllib(tmp_path):
+    """pandas (about half a second of every start-up) is imported when a data file is read, and
+    tomllib when a TOML config is: a whole run of the simulated market, hold-out and checkpoints
+    included, never imports either (a spawned worker imports the same modules)."""
+    code = ("import sys; from ppo_lstm.cli import main; code = main(sys.argv[1:]); "
+            "print(sorted({'pandas', 'tomllib'} & set(sys.modules))); sys.exit(code)")
+    result = subprocess.run([sys.executable, "-c", code, "--episodes", "8", "--checkpoint-interval", "4",
+                             "--holdout-episodes", "4", "--no-progress", "--device", "cpu", *TINY],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "Holdout @ episode 8" in result.stdout and (tmp_path / "checkpoints" / "best.pt").is_file()
+    assert result.stdout.splitlines()[-1] == "[]"
+
+
+@pytest.mark.e2e
 def test_trains_logs_and_checkpoints(tmp_path):
     result = run_cli(tmp_path, "--episodes", "12", "--log-interval", "4", "--checkpoint-interval", "6",
                      "--market", "regime", *TINY)
