@@ -68,20 +68,27 @@ def parse_feature_names(text: str | None) -> tuple[str, ...]:
     return names
 
 
-def _window_stats(values: np.ndarray, defined: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+def _window_stats(values: np.ndarray, defined: np.ndarray, window: int, terms: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """Mean and population std ``[m, F]`` of the last ``window`` rows' defined values, for the
-    last ``m = len(values) - window + 1`` rows of ``values [len, F]`` (float64, NaN already 0)."""
+    last ``m = len(values) - window + 1`` rows of ``values [len, F]`` (float64, NaN already 0).
+
+    Only the first ``terms`` of the ``window`` terms are added: the caller stops where every row
+    of a term lies in the zero padding before the file's first bar. Such a term adds exact zeros
+    (+0.0 to a sum that started at +0.0 and so is never -0.0), so leaving it out changes no bit;
+    a short history (a live feed's first bars, a file shorter than the window) costs its length,
+    not the window's."""
     m = values.shape[0] - window + 1
     last = values.shape[0]
     total = np.zeros((m, values.shape[1]))
     count = np.zeros((m, values.shape[1]))
-    for k in range(window):  # bar b, then b-1, ...: a fixed order per output row
+    for k in range(terms):  # bar b, then b-1, ...: a fixed order per output row
         total += values[last - m - k: last - k]
         count += defined[last - m - k: last - k]
     np.maximum(count, 1.0, out=count)
     mean = total / count
     spread = np.zeros_like(total)
-    for k in range(window):
+    for k in range(terms):
         d = values[last - m - k: last - k] - mean
         d *= defined[last - m - k: last - k]
         spread += d * d
@@ -108,7 +115,9 @@ def feature_zscores(values: np.ndarray, window: int = FEATURE_WINDOW, last: int 
     out = np.empty((n - start, f), np.float32)
     for lo in range(start, n, _CHUNK):
         hi = min(n, lo + _CHUNK)
-        mean, std = _window_stats(padded[lo: hi + window - 1], padded_def[lo: hi + window - 1], window)
+        # term k reads rows lo-k..hi-1-k: all padding once k >= hi
+        mean, std = _window_stats(padded[lo: hi + window - 1], padded_def[lo: hi + window - 1], window,
+                                  min(window, hi))
         z = _zscore(filled[lo:hi], mean, std)
         z[~defined[lo:hi]] = np.nan
         out[lo - start:hi - start] = z

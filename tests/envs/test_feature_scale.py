@@ -63,3 +63,41 @@ def test_the_live_normaliser_refuses_an_out_of_range_value():
     normaliser.update([1.0, 2.0])
     with pytest.raises(ValueError, match=r"^feature 1 is 1e\+160, outside the magnitudes 1e-150..1e\+150"):
         normaliser.update([1.0, 1e160])
+
+
+def _every_term_zscores(values: np.ndarray, window: int) -> np.ndarray:
+    """The rule with all ``window`` terms of every row, the zero padding before the first bar
+    included: the reference the shortened sums must match bit for bit."""
+    from envs.data.features import _zscore
+
+    x = np.asarray(values, dtype=np.float64)
+    defined = ~np.isnan(x)
+    padded = np.concatenate([np.zeros((window - 1, x.shape[1])), np.where(defined, x, 0.0)])
+    padded_def = np.concatenate([np.zeros((window - 1, x.shape[1])), defined.astype(np.float64)])
+    n, last = len(x), len(padded)
+    total, count, spread = (np.zeros_like(x) for _ in range(3))
+    for k in range(window):
+        total += padded[last - n - k: last - k]
+        count += padded_def[last - n - k: last - k]
+    np.maximum(count, 1.0, out=count)
+    mean = total / count
+    for k in range(window):
+        d = (padded[last - n - k: last - k] - mean) * padded_def[last - n - k: last - k]
+        spread += d * d
+    z = _zscore(np.where(defined, x, 0.0), mean, np.sqrt(spread / count))
+    z[~defined] = np.nan
+    return z.astype(np.float32)
+
+
+@pytest.mark.parametrize("window", [4, 40, 1024])
+def test_the_padding_terms_left_out_change_no_bit(window):
+    """A history shorter than the window (or its first bars) sums only its own rows: the same
+    float32 bits as summing the padding's zeros too, with NaN rows and -0.0 values about."""
+    rng = np.random.default_rng(7)
+    values = rng.standard_normal((60, 3)) * np.array([1e-3, 1.0, 1e4])
+    values[:5, 0] = np.nan
+    values[10:14, 1] = -0.0
+    values[20, 2] = 0.0
+    expected = _every_term_zscores(values, window)
+    assert np.array_equal(feature_zscores(values, window), expected, equal_nan=True)
+    assert np.array_equal(feature_zscores(values, window, last=7), expected[-7:], equal_nan=True)
