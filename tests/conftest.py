@@ -192,6 +192,19 @@ class Run:
         return handle.read().decode(errors="replace")
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files with the most end-to-end tests first, each file's tests in their own order. Under
+    ``-n auto --dist loadfile`` a file runs on one worker and files are handed out in this
+    order, so the long files start early and the short ones fill in at the end, rather than a
+    long file that comes last alphabetically (tests/tune, tests/walkforward) running alone."""
+    e2e: dict[Path, int] = {}
+    for item in items:
+        if item.get_closest_marker("e2e"):
+            e2e[item.path] = e2e.get(item.path, 0) + 1
+    items.sort(key=lambda item: -e2e.get(item.path, 0))  # stable: ties keep the collection order
+
+
 @pytest.fixture(autouse=True)
 def _no_run_outlives_its_test():
     """Kill the runs a test started and left running (an assertion that failed before a
