@@ -64,11 +64,9 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
-import multiprocessing as mp  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from concurrent.futures import ProcessPoolExecutor  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Optional  # noqa: E402
 
@@ -78,6 +76,7 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.job_pool import job_pool  # noqa: E402
 from bench.learning_ceiling import baselines  # noqa: E402
 from bench.learning_jobs import _parse_value, run_job  # noqa: E402
 from bench.learning_markets import (DEFAULT_MARKETS, EVAL_SEED, MARKETS, TUNE_EPISODES, env_config,  # noqa: E402
@@ -178,7 +177,7 @@ def main() -> None:
                      for s in range(1, args.sb3_seeds + 1)]
     jobs.sort(key=lambda j: -(j["steps"] * (1.5 if j["kind"] == "sb3" else 1.0)))  # longest first
     launched = [job for job in jobs if job.get("workers", 1) > 1]  # each starts its own workers: in this process
-    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=mp.get_context("spawn")) as pool:
+    with job_pool(args.jobs) as pool:
         futures = [pool.submit(run_job, job) for job in jobs if job not in launched]
         # the baselines, in this process while the workers train
         for name in names:

@@ -35,11 +35,9 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import json  # noqa: E402
-import multiprocessing as mp  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from concurrent.futures import ProcessPoolExecutor  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Callable, Optional  # noqa: E402
 
@@ -47,6 +45,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.job_pool import job_pool  # noqa: E402
 from bench.learning_ceiling import baselines  # noqa: E402
 from bench.learning_jobs import _parse_value, apply_overrides, make_sb3, sb3_greedy  # noqa: E402
 from bench.learning_markets import EVAL_SEED, TUNE_EPISODES, env_config  # noqa: E402
@@ -234,7 +233,7 @@ def main() -> None:
              "overrides": overrides if trainer == OURS else sb3_overrides}  # ... unless --sb3-set says otherwise
             for seed in range(1, args.seeds + 1)
             for trainer, steps in ((SB3, args.sb3_steps), (OURS, args.steps))]
-    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=mp.get_context("spawn")) as pool:
+    with job_pool(args.jobs) as pool:
         futures = [pool.submit(run, job) for job in jobs]
         env = env_config(MARKET)  # the reference, while the runs train
         test = simulated_paths(env, evaluation_seeds(EVAL_SEED, args.episodes))
