@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 import numpy as np
-import statsmodels.api as sm
+from statsmodels.regression.linear_model import OLS  # not statsmodels.api: it imports every model
+from statsmodels.tools.tools import add_constant
 from arch.bootstrap import StationaryBootstrap
 from scipy import stats as scipy_stats
 
@@ -133,8 +134,8 @@ def alpha_test(agent: np.ndarray, benchmark: np.ndarray, periods_per_year: float
         return AlphaTest(alpha=0.0, alpha_annual=0.0, lower_annual=0.0, beta=beta, t_stat=0.0, p_value=1.0,
                          std_error=0.0, lags=lags, bars=bars, size=size, exact_fit=True)
     constant_benchmark = sample_std(benchmark) == 0.0
-    design = np.ones((bars, 1)) if constant_benchmark else sm.add_constant(benchmark, has_constant="add")
-    fit = sm.OLS(agent, design).fit(cov_type="HAC", cov_kwds={"maxlags": lags})
+    design = np.ones((bars, 1)) if constant_benchmark else add_constant(benchmark, has_constant="add")
+    fit = OLS(agent, design).fit(cov_type="HAC", cov_kwds={"maxlags": lags})
     alpha, se = float(fit.params[0]), float(fit.bse[0])
     beta = 0.0 if constant_benchmark else float(fit.params[1])
     t = alpha / se if se > 0 else (math.inf if alpha > 0 else 0.0)

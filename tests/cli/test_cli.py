@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import cli_in_process
+from conftest import cli_in_process, env_for_child
 
 ROOT = Path(__file__).resolve().parents[2]
 LINE = re.compile(r"^Episode (\d+)/(\d+) - Reward: -?\d+\.\d\d, Return: -?\$\d+\.\d\d, "
@@ -34,7 +34,7 @@ def test_a_run_on_a_simulated_market_starts_and_ends_without_pandas_or_tomllib(t
             "print(sorted({'pandas', 'tomllib'} & set(sys.modules))); sys.exit(code)")
     result = subprocess.run([sys.executable, "-c", code, "--episodes", "8", "--checkpoint-interval", "4",
                              "--holdout-episodes", "4", "--no-progress", "--device", "cpu", *TINY],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+                            cwd=tmp_path, env=env_for_child(), capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "Holdout @ episode 8" in result.stdout and (tmp_path / "checkpoints" / "best.pt").is_file()
     assert result.stdout.splitlines()[-1] == "[]"

@@ -59,6 +59,25 @@ def plot_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return run_python(cwd, "-m", "ppo_lstm.plot_training", *args)
 
 
+def plot_in_process(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """The command's ``main()`` in this process, from ``cwd``: its checks of the input end before
+    anything is drawn, so they need no Python start-up of their own (the real command: below)."""
+    import contextlib
+    import io
+    import os
+
+    from ppo_lstm.evaluation.plot_training import main
+
+    out, err, previous = io.StringIO(), io.StringIO(), os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(list(args))
+    finally:
+        os.chdir(previous)
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
 def run_python(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env_for_child(),
                           capture_output=True, text=True, timeout=120)
@@ -182,7 +201,6 @@ def _not_numeric(path: Path) -> None:
     write_metrics(path, rows)
 
 
-@pytest.mark.e2e
 @pytest.mark.parametrize("make, needles", [
     (_no_dir, ["does not exist"]),
     (_no_csv, ["no metrics.csv"]),
@@ -195,7 +213,7 @@ def _not_numeric(path: Path) -> None:
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, make, needles):
     make(tmp_path / "ck")
-    result = plot_cli(tmp_path, "--checkpoint-dir", "ck", "--out", "c.png")
+    result = plot_in_process(tmp_path, "--checkpoint-dir", "ck", "--out", "c.png")
     assert_one_line_error(result, *needles)
     assert not (tmp_path / "c.png").exists()
 
