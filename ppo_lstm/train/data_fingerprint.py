@@ -39,8 +39,6 @@ SELECTING_SETTINGS = ("data", "data_start", "data_end", "date_format")  # what p
 COMPARED = ("bars", "first", "last", "sha256")
 
 
-
-
 def instrument_fingerprint(data: MarketData, split: DataSplit) -> dict[str, Any]:
     """One instrument's entry (the module docstring) for its selected bars ``split.lo..split.hi-1``."""
     lo, hi = split.lo, split.hi

@@ -335,8 +335,6 @@ class Holdout:
         return " ".join(shlex.quote(w) for w in words)
 
 
-
-
 def _pct(value: Optional[float], signed: bool = True) -> str:
     if value is None or not math.isfinite(value):
         return "-"
