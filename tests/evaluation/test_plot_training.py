@@ -60,8 +60,8 @@ def plot_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def plot_in_process(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    """The command's ``main()`` in this process, from ``cwd``: its checks of the input end before
-    anything is drawn, so they need no Python start-up of their own (the real command: below)."""
+    """The command's ``main()`` in this process, from ``cwd``, without a Python start-up of its
+    own; the real command runs in the tests that call :func:`plot_cli`."""
     import contextlib
     import io
     import os
@@ -111,12 +111,11 @@ def test_smoothing_window():
     assert smoothing_window(10_000) == 50
 
 
-@pytest.mark.e2e
 def test_plot_without_holdout_columns(tmp_path):
     pytest.importorskip("matplotlib")
     write_metrics(tmp_path / "ck", metric_rows(90))
     out = tmp_path / "curves.png"
-    result = plot_cli(tmp_path, "--checkpoint-dir", "ck", "--out", str(out))
+    result = plot_in_process(tmp_path, "--checkpoint-dir", "ck", "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(out)
     assert_small_png(out)
@@ -153,12 +152,11 @@ def test_holdout_panel(tmp_path):
     plt.close(fig)
 
 
-@pytest.mark.e2e
 def test_empty_panels_still_plot(tmp_path):
     pytest.importorskip("matplotlib")
     rows = [row for row in metric_rows(6) if row["episodes_finished"] == 0]  # no episode stats at all
     write_metrics(tmp_path / "ck", rows, COLUMNS + HOLDOUT_COLUMNS)  # hold-out columns present, all empty
-    result = plot_cli(tmp_path, "--checkpoint-dir", "ck", "--out", "c.png")
+    result = plot_in_process(tmp_path, "--checkpoint-dir", "ck", "--out", "c.png")
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "c.png").read_bytes().startswith(PNG_SIGNATURE)
 
