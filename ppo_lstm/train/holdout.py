@@ -207,7 +207,9 @@ class Holdout:
 
     def __init__(self, config: TrainConfig, data: Union[MarketData, Sequence[MarketData], None],
                  split: Union[DataSplit, Sequence[DataSplit], None]) -> None:
-        datas = None if data is None else (list(data) if isinstance(data, (list, tuple)) else [data])
+        if data is not None:
+            from envs.data import MarketData  # the loader's, imported with the data
+        datas = None if data is None else ([data] if isinstance(data, MarketData) else list(data))
         splits = None if split is None else ([split] if isinstance(split, DataSplit) else list(split))
         self.config, self.datas, self.splits = config, datas, splits
         self.data = datas[0] if datas and len(datas) == 1 else None  # one instrument: as it always was
