@@ -32,6 +32,7 @@ from ppo_lstm.batch_rule import BASE_RATES, STEPS_PER_ENV  # noqa: E402
 from ppo_lstm.config import TrainConfig  # noqa: E402
 
 DEFAULT_LR = dict(zip(("learning_rate_actor", "learning_rate_critic"), BASE_RATES))  # the base rates, always given
+FIXED = {"minibatches": 4, **DEFAULT_LR}  # given unless a configuration sets them: the sweep's rates never follow a rule
 
 
 def grid() -> list[dict[str, float]]:
@@ -48,8 +49,8 @@ def grid() -> list[dict[str, float]]:
 def parse_config(text: str) -> dict[str, float | str]:
     """``default`` or ``name=value,...`` (``lr_scale`` scales both default learning rates)."""
     if text == "default":
-        return {"num_envs": 8, **DEFAULT_LR}
-    config: dict[str, float] = dict(DEFAULT_LR)
+        return {"num_envs": 8, **FIXED}
+    config: dict[str, float] = dict(FIXED)
     for item in text.split(","):
         name, _, value = item.partition("=")
         if name == "lr_scale":

@@ -50,7 +50,7 @@ from bench.learning_markets import EVAL_SEED, TUNE_EPISODES, env_config  # noqa:
 from bench.learning_paths import score_backtest, simulated_paths  # noqa: E402
 from bench.quality_curve import Point, reach_summary  # noqa: E402
 from ppo_lstm.algo.seeding import env_seeds  # noqa: E402
-from ppo_lstm.batch_rule import BASE_RATES, STEPS_PER_ENV, batch_rate_scale  # noqa: E402
+from ppo_lstm.batch_rule import BASE_RATES, STEPS_PER_ENV, rate_scale  # noqa: E402
 from ppo_lstm.evaluation.backtest import backtest_simulated, evaluation_seeds  # noqa: E402
 
 SHARES = (0.5, 0.8, 0.9)
@@ -77,7 +77,7 @@ def curve(market: str, num_envs: int, seed: int, updates: int, every: int, episo
     env = dataclasses.replace(env_config(market), **(env_fields or {}))
     rates: dict[str, float] = {}
     if cap is not None:
-        scale = batch_rate_scale(STEPS_PER_ENV * num_envs, cap)
+        scale = rate_scale(TrainConfig(num_envs=num_envs, rate_cap=cap))  # the rule's scale under this cap
         rates = {"learning_rate_actor": BASE_RATES[0] * scale, "learning_rate_critic": BASE_RATES[1] * scale}
     points: list[Point] = []
     clock = {"start": 0.0, "paused": 0.0}

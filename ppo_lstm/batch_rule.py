@@ -1,10 +1,16 @@
-"""The batch rule: how the batch of one update, the rollout length and the default Adam
-rates follow ``--num-envs`` and the worker count (docs/batch_scaling.md).
+"""The batch rule: how the batch of one update, its minibatches, the rollout length and the
+default Adam rates follow ``--num-envs`` and the worker count (docs/batch_scaling.md).
 
 Every rank all-gathers its rollout, so the batch grows with the envs and the workers:
-U = :data:`STEPS_PER_ENV` x envs x workers unless ``--update-interval`` sets it, and the
-rates left to the rule are :data:`BASE_RATES` x min(sqrt(U / :data:`BASE_BATCH`), ``--rate-cap``)
-(:data:`DEFAULT_RATE_CAP` unless given). The functions read a :class:`~ppo_lstm.config.TrainConfig`.
+U = :data:`STEPS_PER_ENV` x envs x workers unless ``--update-interval`` sets it. Its S env
+sequences (envs x workers) split into :data:`MAX_MINIBATCHES` minibatches, fewer where a
+minibatch would hold under :data:`MIN_SEQUENCES` sequences (:func:`rule_minibatches`), unless
+``--minibatches`` sets them. The rates left to the rule are :data:`BASE_RATES` x
+min(sqrt(m / :data:`BASE_MINIBATCH`), ``--rate-cap``), m = U / minibatches the transitions of
+one gradient step (:data:`DEFAULT_RATE_CAP` unless given); from 16 sequences up that is
+sqrt(U / :data:`BASE_BATCH`). With ``--minibatches`` given, the rates follow the batch alone,
+sqrt(U / :data:`BASE_BATCH`), as they did before the rule picked minibatches. The functions
+read a :class:`~ppo_lstm.config.TrainConfig`.
 """
 from __future__ import annotations
 
@@ -19,6 +25,9 @@ if TYPE_CHECKING:
 STEPS_PER_ENV = 16  # rollout length T of every env per update when --update-interval is not given
 BASE_BATCH = 128  # the batch the base learning rates were tuned at (8 envs x 16 steps, one worker)
 BASE_RATES = (3e-4, 1e-3)  # (actor, critic) Adam rates at BASE_BATCH; x sqrt(U / BASE_BATCH) at batch U
+MAX_MINIBATCHES = 4  # minibatches of an update when --minibatches is not given, from 16 env sequences up
+MIN_SEQUENCES = 4  # ... fewer below, so that a minibatch holds at least this many env sequences
+BASE_MINIBATCH = BASE_BATCH // MAX_MINIBATCHES  # transitions of one gradient step at the base rates
 DEFAULT_RATE_CAP = 4.0  # ... up to this scale (--rate-cap), reached at a batch of 2,048 (docs/batch_scaling.md)
 SAVED_RATE_CAP = 8.0  # the cap of a checkpoint written before --rate-cap existed: it resumes at the rates it had
 
@@ -33,20 +42,52 @@ def update_batch(config: TrainConfig, world_size: int = 1) -> int:
     return STEPS_PER_ENV * config.num_envs * world_size
 
 
-def batch_rate_scale(batch: int, cap: float = DEFAULT_RATE_CAP) -> float:
-    """min(sqrt(batch / BASE_BATCH), cap): how the default learning rates grow with the batch.
+def batch_rate_scale(batch: int, cap: float = DEFAULT_RATE_CAP, base: int = BASE_BATCH) -> float:
+    """min(sqrt(batch / base), cap): how the default learning rates grow with the batch
+    (``base``: :data:`BASE_BATCH`; :data:`BASE_MINIBATCH` for the transitions of a minibatch).
 
     A batch k times larger gives k times fewer updates on the same env steps, each with
     a gradient of less noise; Adam's rates then scale by sqrt(k), up to the cap: x4 (a
     batch of 2,048) by default. At equal wall time on the CPU, x4 learned as well as or
     better than x8 at batches of 8,192 and 65,536, and x8 lost the signal market at 8,192;
     uncapped rates learned less on one GPU (evidence: docs/batch_scaling.md)."""
-    return min(math.sqrt(batch / BASE_BATCH), cap)
+    return min(math.sqrt(batch / base), cap)
+
+
+def rule_minibatches(sequences: int) -> int:
+    """The minibatches the rule splits S env ``sequences`` into: the most, up to
+    :data:`MAX_MINIBATCHES`, that divide S and leave each at least :data:`MIN_SEQUENCES`
+    sequences; 1 under 2 x MIN_SEQUENCES sequences. At batch 128 (8 envs), 2 minibatches of 64
+    transitions at rates x sqrt(2) train 1.6 times the env steps of 4 of 32 at x1 in the same
+    seconds (half the gradient steps an update), and learned as well in them (docs/batch_scaling.md)."""
+    fits = [m for m in range(1, MAX_MINIBATCHES + 1) if sequences % m == 0 and sequences // m >= MIN_SEQUENCES]
+    return max(fits, default=1)
+
+
+def minibatches(config: TrainConfig, world_size: int = 1) -> int:
+    """The minibatches of one update: ``--minibatches`` when given, else :func:`rule_minibatches`
+    of the batch's env sequences (envs x workers)."""
+    if config.minibatches is not None:
+        return config.minibatches
+    return rule_minibatches(config.num_envs * world_size)
+
+
+def rate_basis(config: TrainConfig, world_size: int = 1) -> tuple[int, int]:
+    """(transitions, base): the rates scale by sqrt(transitions / base). Where the rule picked
+    fewer than :data:`MAX_MINIBATCHES` minibatches, the minibatch (U / :func:`minibatches`)
+    against :data:`BASE_MINIBATCH`; else the batch U against :data:`BASE_BATCH` (with
+    ``--minibatches`` given, or at 4 minibatches, where the two are the same number)."""
+    u = update_batch(config, world_size)
+    count = minibatches(config, world_size)
+    if config.minibatches is not None or count == MAX_MINIBATCHES:
+        return u, BASE_BATCH
+    return u // count, BASE_MINIBATCH
 
 
 def rate_scale(config: TrainConfig, world_size: int = 1) -> float:
-    """:func:`batch_rate_scale` of the run's batch U (:func:`update_batch`), capped at ``--rate-cap``."""
-    return batch_rate_scale(update_batch(config, world_size), config.rate_cap)
+    """min(sqrt(transitions / base), ``--rate-cap``) of :func:`rate_basis`."""
+    transitions, base = rate_basis(config, world_size)
+    return batch_rate_scale(transitions, config.rate_cap, base)
 
 
 def learning_rates(config: TrainConfig, world_size: int = 1) -> tuple[float, float]:
@@ -65,7 +106,7 @@ def describe_batch(config: TrainConfig, world_size: int = 1) -> str:
     rule = ("--update-interval" if config.update_interval is not None
             else f"default: {STEPS_PER_ENV} steps x envs x workers")
     actor, critic = learning_rates(config, world_size)
-    scale = _scale_text(u, config.rate_cap)
+    scale = _scale_text(*rate_basis(config, world_size), config.rate_cap)
     if config.learning_rate_actor is None and config.learning_rate_critic is None:
         how = f"{BASE_RATES[0]:g} / {BASE_RATES[1]:g} {scale}"
     elif config.learning_rate_actor is None:
@@ -74,15 +115,20 @@ def describe_batch(config: TrainConfig, world_size: int = 1) -> str:
         how = f"--learning-rate-actor as given, the other {BASE_RATES[1]:g} {scale}"
     else:
         how = "--learning-rate-actor and --learning-rate-critic as given"
+    count = minibatches(config, world_size)
+    split = f"{count} minibatch{'es' if count > 1 else ''} of {u // count}"
+    if config.minibatches is None and count < MAX_MINIBATCHES:
+        split += (f" (default: {MAX_MINIBATCHES}, fewer to keep at least {MIN_SEQUENCES} of the {n * world_size} "
+                  f"env sequences in each)")
     return (f"Batch: {u} transitions per update = {world_size} worker(s) x {n} envs x {t} steps ({rule}); "
-            f"{config.minibatches} minibatches of {n * world_size // config.minibatches * t}, "
-            f"{config.epochs} epochs; learning rates {actor:.3g} / {critic:.3g} ({how})")
+            f"{split}, {config.epochs} epochs; learning rates {actor:.3g} / {critic:.3g} ({how})")
 
 
-def _scale_text(batch: int, cap: float) -> str:
-    root = batch_rate_scale(batch, cap=math.inf)
-    return (f"x sqrt({batch}/{BASE_BATCH}) = x{root:.3g}" if root <= cap
-            else f"x{cap:g}, the cap (--rate-cap), as sqrt({batch}/{BASE_BATCH}) = {root:.3g} is more")
+def _scale_text(transitions: int, base: int, cap: float) -> str:
+    root = batch_rate_scale(transitions, math.inf, base)
+    what = "" if base == BASE_BATCH else ", the minibatch's transitions"
+    return (f"x sqrt({transitions}/{base}{what}) = x{root:.3g}" if root <= cap
+            else f"x{cap:g}, the cap (--rate-cap), as sqrt({transitions}/{base}{what}) = {root:.3g} is more")
 
 
 def steps_per_env(config: TrainConfig, world_size: int = 1) -> int:

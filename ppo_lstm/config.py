@@ -24,8 +24,8 @@ from envs.data.features import FEATURE_WINDOW, SAVED_FEATURE_WINDOW
 from .rundir.checkpoint import RUN_CONFIG_NAME, atomic_write_bytes
 from .config_file import (DefaultsHelpFormatter, ParsedArgs, add_config_options, add_field_flag, dump_settings,
                           flag_name, parse_args)
-from .batch_rule import (BASE_BATCH, BASE_RATES, DEFAULT_RATE_CAP, SAVED_RATE_CAP, STEPS_PER_ENV, steps_per_env,
-                         update_batch)
+from .batch_rule import (BASE_BATCH, BASE_MINIBATCH, BASE_RATES, DEFAULT_RATE_CAP, MAX_MINIBATCHES, MIN_SEQUENCES,
+                         SAVED_RATE_CAP, STEPS_PER_ENV, minibatches, steps_per_env, update_batch)
 from .errors import OneLineParser, UsageError
 from .train.time_limit import limit_seconds
 
@@ -107,11 +107,12 @@ class TrainConfig:
                                                    f"x --num-envs x workers)")
     learning_rate_actor: Optional[float] = _f(
         None, PPO, f"Adam learning rate of encoder, LSTM and policy head (default: {BASE_RATES[0]:g} x "
-                   f"min(sqrt(U / {BASE_BATCH}), --rate-cap) at a batch of U transitions; a given rate is "
+                   f"min(sqrt(U / {BASE_BATCH}), --rate-cap) at a batch of U transitions, sqrt(minibatch / "
+                   f"{BASE_MINIBATCH}) where the default takes under {MAX_MINIBATCHES} minibatches; a given rate is "
                    f"used as it is)")
     learning_rate_critic: Optional[float] = _f(
-        None, PPO, f"Adam learning rate of the value head (default: {BASE_RATES[1]:g} x min(sqrt(U / {BASE_BATCH}), "
-                   f"--rate-cap); a given rate is used as it is)")
+        None, PPO, f"Adam learning rate of the value head (default: {BASE_RATES[1]:g} x the same scale as the "
+                   f"actor's; a given rate is used as it is)")
     rate_cap: float = _f(DEFAULT_RATE_CAP, PPO, f"the most the batch rule scales the default learning rates by "
                                                 f"(x sqrt(U / {BASE_BATCH}) up to this; {DEFAULT_RATE_CAP:g} is reached "
                                                 f"at a batch of {int(BASE_BATCH * DEFAULT_RATE_CAP ** 2)}); a given "
@@ -120,7 +121,10 @@ class TrainConfig:
     gae_lambda: float = _f(0.95, PPO, "GAE lambda")
     clip: float = _f(0.2, PPO, "PPO ratio clip range")
     epochs: int = _f(4, PPO, "passes over each batch")
-    minibatches: int = _f(4, PPO, "minibatches per epoch (each a set of whole env sequences)")
+    minibatches: Optional[int] = _f(None, PPO, f"minibatches per epoch, each a set of whole env sequences (default: "
+                                               f"{MAX_MINIBATCHES}, fewer where each would hold under {MIN_SEQUENCES} "
+                                               f"sequences, e.g. 2 at 8 envs; a given count leaves the default rates "
+                                               f"on the batch)")
     ent_coef: float = _f(0.02, PPO, "entropy bonus coefficient")
     vf_coef: float = _f(0.5, PPO, "value loss coefficient")
     max_grad_norm: float = _f(0.5, PPO, "global gradient-norm clip")
@@ -375,17 +379,18 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
                          "drop it, or pass --resume")
     steps = steps_per_env(config, world_size)
     total = config.num_envs * world_size
-    if total % config.minibatches:
+    count = minibatches(config, world_size)
+    if total % count:
         valid = [m for m in range(1, total + 1) if total % m == 0]
         raise UsageError(
             f"--minibatches {config.minibatches} must divide the {total} env sequences of a batch "
             f"(--num-envs {config.num_envs} x {world_size} workers); valid: {', '.join(map(str, valid))}"
         )
-    if config.norm_adv and steps * total // config.minibatches < 2:
-        fewest = max(m for m in range(1, total + 1) if total % m == 0 and steps * total // m >= 2)
+    if config.norm_adv and steps * total // count < 2:
+        fits = [m for m in range(1, total + 1) if total % m == 0 and steps * total // m >= 2]
+        fewer = f"--minibatches {max(fits)} or fewer, " if fits else ""
         raise UsageError(
-            f"--minibatches {config.minibatches} leaves one transition per minibatch "
-            f"({update_batch(config, world_size)} transitions / {config.minibatches}), too few to normalise "
-            f"advantages; use --minibatches {fewest} "
-            f"or fewer, a larger --update-interval, or --no-norm-adv"
+            f"--minibatches {count} leaves one transition per minibatch "
+            f"({update_batch(config, world_size)} transitions / {count}), too few to normalise "
+            f"advantages; use {fewer}a larger --update-interval, or --no-norm-adv"
         )

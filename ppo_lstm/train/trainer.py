@@ -25,7 +25,7 @@ from .agreement import exchange
 from .build import build_agent, build_optimizer, check_model_matches
 from ..algo.buffer import RolloutBatch
 from ..rundir.checkpoint import RUN_LOG_NAME, CheckpointDir
-from ..batch_rule import learning_rates, steps_per_env, total_updates
+from ..batch_rule import learning_rates, minibatches, steps_per_env, total_updates
 from ..config import TrainConfig
 from ..distributed import Worker, parameters_in_sync, trades_history
 from ..distributed.cuda import require_bf16
@@ -63,9 +63,9 @@ class Trainer:
         self.notes = list(notes)  # start-up lines for rank 0's console and log
         self.rank, self.world_size = self.comm.rank, self.comm.world_size
         self.steps = steps_per_env(config, self.world_size)
-        self.settings = PPOSettings(config.clip, config.epochs, config.minibatches, config.ent_coef, config.vf_coef,
-                                    config.max_grad_norm, config.clip_vloss, config.norm_adv, config.target_kl,
-                                    config.autocast == "bf16")
+        self.settings = PPOSettings(config.clip, config.epochs, minibatches(config, self.world_size), config.ent_coef,
+                                    config.vf_coef, config.max_grad_norm, config.clip_vloss, config.norm_adv,
+                                    config.target_kl, config.autocast == "bf16")
         if config.autocast == "bf16":
             require_bf16(self.device)
         self.total_updates_estimate = total_updates(config, self.world_size)

@@ -4,6 +4,7 @@ import torch
 
 from envs.config import EnvConfig
 from ppo_lstm.algo.agent import RecurrentActorCritic
+from ppo_lstm.batch_rule import minibatches
 from ppo_lstm.config import TrainConfig
 from ppo_lstm.distributed import LocalComm, Worker
 from ppo_lstm.train.shutdown import StopRequest
@@ -228,7 +229,7 @@ def test_learning_rates_anneal_linearly_to_zero_over_the_run(tmp_path, anneal):
     updates = trainer.state.update
     assert updates == 32 * 16 // 128 == trainer.total_updates_estimate
     per_update = seen[:: len(seen) // updates]  # the first gradient step of each update
-    assert len(seen) == updates * config.epochs * config.minibatches
+    assert len(seen) == updates * config.epochs * minibatches(config)
     for u, (actor, critic) in enumerate(per_update):
         frac = 1.0 - u / updates if anneal else 1.0
         assert actor == pytest.approx(1e-3 * frac) and critic == pytest.approx(4e-3 * frac)

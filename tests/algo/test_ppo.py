@@ -7,6 +7,7 @@ from torch import nn
 
 from ppo_lstm.algo import ppo
 from ppo_lstm.train.build import build_agent, build_optimizer
+from ppo_lstm.batch_rule import minibatches
 from ppo_lstm.config import TrainConfig
 from ppo_lstm.distributed import LocalComm
 from ppo_lstm.algo.ppo import FlatGradients, PPOSettings, ppo_update
@@ -61,7 +62,7 @@ def test_ppo_update_is_bitwise_the_per_parameter_update(monkeypatch, max_grad_no
     collector = RolloutCollector(config, agent, 0, 16, torch.device("cpu"), None)
     collector.collect(0)
     batch = collector.finish()
-    settings = PPOSettings(config.clip, config.epochs, config.minibatches, config.ent_coef, config.vf_coef,
+    settings = PPOSettings(config.clip, config.epochs, minibatches(config), config.ent_coef, config.vf_coef,
                            config.max_grad_norm, config.clip_vloss, config.norm_adv, config.target_kl)
 
     def two_updates(agent):

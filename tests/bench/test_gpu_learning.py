@@ -16,11 +16,12 @@ def test_a_curve_is_scored_at_the_start_every_k_updates_and_at_the_end():
     run = curve("regime-10bps", num_envs=8, seed=1, updates=8, every=4, episodes=10, device="cpu", cap=None)
     steps = [p[0] for p in run["curve"]]
     assert steps == [0, 512, 1024]  # 8 envs x 16 steps = 128 an update; 8 updates = one 128-bar episode each
-    assert run["batch"] == 128 and run["rates"] == pytest.approx([3e-4, 1e-3])  # the rule at batch 128: x1
+    # the rule at batch 128 (8 envs): 2 minibatches of 64, x sqrt(64 / 32)
+    assert run["batch"] == 128 and run["rates"] == pytest.approx([3e-4 * 2 ** 0.5, 1e-3 * 2 ** 0.5])
     walls = [p[1] for p in run["curve"]]
     assert walls == sorted(walls) and run["train_s"] >= walls[-1]
     capped = curve("regime-10bps", num_envs=8, seed=1, updates=8, every=8, episodes=10, device="cpu", cap=0.5)
-    assert capped["rates"] == pytest.approx([1.5e-4, 5e-4])  # min(sqrt(1), 0.5), given explicitly
+    assert capped["rates"] == pytest.approx([1.5e-4, 5e-4])  # min(sqrt(2), 0.5), given explicitly
     assert run["obs_dim"] == 32 + 3 + 1  # + the default EMA(500) deviation
     plain = curve("ou-10bps", num_envs=8, seed=1, updates=8, every=8, episodes=10, device="cpu", cap=None,
                   env_fields={"ema_spans": "none"})  # as --env ema_spans=none gives it

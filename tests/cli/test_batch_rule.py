@@ -6,35 +6,69 @@ import math
 import pytest
 
 from ppo_lstm.batch_rule import (BASE_RATES, DEFAULT_RATE_CAP, SAVED_RATE_CAP, STEPS_PER_ENV, describe_batch,
-                                 learning_rates, rate_scale, steps_per_env, update_batch)
-from ppo_lstm.config import TrainConfig, config_from_args
+                                 learning_rates, minibatches, rate_scale, rule_minibatches, steps_per_env,
+                                 update_batch)
+from ppo_lstm.config import TrainConfig, config_from_args, validate
 from ppo_lstm.errors import UsageError
 
 
-@pytest.mark.parametrize("num_envs, workers, batch, scale", [
-    (8, 1, 128, 1.0),
-    (32, 1, 512, 2.0),
-    (64, 1, 1024, math.sqrt(8)),
-    (8, 2, 256, math.sqrt(2)),
-    (8, 4, 512, 2.0),
-    (32, 4, 2048, 4.0),
-    (128, 1, 2048, 4.0),
-    (512, 1, 8192, 4.0),  # capped: sqrt(64) = 8
-    (4096, 1, 65536, 4.0),  # capped: sqrt(512) = 22.6
-    (1024, 4, 65536, 4.0),
+@pytest.mark.parametrize("num_envs, workers, batch, count, scale", [
+    (8, 1, 128, 2, math.sqrt(2)),  # 2 minibatches of 4 sequences (64 transitions): sqrt(64 / 32)
+    (4, 1, 64, 1, math.sqrt(2)),  # 1 of 4 sequences
+    (2, 1, 32, 1, 1.0),  # 1 of 2 sequences, 32 transitions
+    (16, 1, 256, 4, math.sqrt(2)),
+    (32, 1, 512, 4, 2.0),
+    (64, 1, 1024, 4, math.sqrt(8)),
+    (8, 2, 256, 4, math.sqrt(2)),
+    (8, 4, 512, 4, 2.0),
+    (32, 4, 2048, 4, 4.0),
+    (128, 1, 2048, 4, 4.0),
+    (512, 1, 8192, 4, 4.0),  # capped: sqrt(64) = 8
+    (4096, 1, 65536, 4, 4.0),  # capped: sqrt(512) = 22.6
+    (1024, 4, 65536, 4, 4.0),
 ])
-def test_num_envs_and_workers_pick_the_batch_and_the_rates(num_envs, workers, batch, scale):
+def test_num_envs_and_workers_pick_the_batch_its_minibatches_and_the_rates(num_envs, workers, batch, count, scale):
     config = TrainConfig(num_envs=num_envs)
     assert update_batch(config, workers) == batch
     assert steps_per_env(config, workers) == STEPS_PER_ENV  # every env's rollout keeps its length
+    assert minibatches(config, workers) == count
     assert rate_scale(config, workers) == pytest.approx(scale)
     assert learning_rates(config, workers) == pytest.approx((BASE_RATES[0] * scale, BASE_RATES[1] * scale))
+    validate(config, workers)
 
 
-def test_the_scale_is_sqrt_of_the_batch_ratio_up_to_the_cap():
-    scales = [rate_scale(TrainConfig(num_envs=n)) for n in (4, 8, 16, 64, 256, 512, 1024, 8192)]
-    assert scales == sorted(scales) and scales[0] == pytest.approx(math.sqrt(0.5))
+def test_the_rule_keeps_at_least_4_sequences_in_a_minibatch_and_at_most_4_minibatches():
+    assert [rule_minibatches(s) for s in (1, 2, 4, 6, 7, 8, 12, 16, 18, 20, 64, 4096)] == \
+        [1, 1, 1, 1, 1, 2, 3, 4, 3, 4, 4, 4]
+    for sequences in range(1, 200):
+        count = rule_minibatches(sequences)
+        assert sequences % count == 0 and count <= 4
+        assert sequences // count >= 4 or count == 1
+    validate(TrainConfig(num_envs=6))  # 6 envs: 1 minibatch, where 4 fixed minibatches did not divide them
+
+
+def test_the_scale_is_sqrt_of_the_minibatch_ratio_up_to_the_cap():
+    scales = [rate_scale(TrainConfig(num_envs=n)) for n in (1, 2, 4, 8, 16, 64, 256, 512, 1024, 8192)]
+    assert scales == sorted(scales) and scales[0] == pytest.approx(math.sqrt(0.5))  # 16 transitions / 32
     assert max(scales) == DEFAULT_RATE_CAP == 4.0 == rate_scale(TrainConfig(num_envs=128))
+    assert rate_scale(TrainConfig(num_envs=1), 64) == pytest.approx(math.sqrt(8))  # 64 workers x 1 env: 4 of 256
+
+
+def test_a_given_minibatch_count_leaves_the_rates_on_the_batch():
+    """As the rates were before the rule picked minibatches: sqrt(U / 128), whatever the count."""
+    for count, scale in ((4, 1.0), (2, 1.0), (1, 1.0), (8, 1.0)):
+        assert rate_scale(TrainConfig(num_envs=8, minibatches=count)) == pytest.approx(scale)
+    assert rate_scale(TrainConfig(num_envs=64, minibatches=8)) == pytest.approx(math.sqrt(8))
+    assert minibatches(TrainConfig(num_envs=8, minibatches=4)) == 4
+
+
+def test_a_checkpoint_saved_with_4_minibatches_resumes_with_them_and_its_rates():
+    saved = TrainConfig(num_envs=8).to_dict()
+    saved["minibatches"] = 4  # every version before the rule picked minibatches saved the count
+    old = TrainConfig.from_dict(saved)
+    assert minibatches(old) == 4 and rate_scale(old) == 1.0
+    fresh = TrainConfig.from_dict(TrainConfig(num_envs=8).to_dict())
+    assert fresh.minibatches is None and minibatches(fresh) == 2 and rate_scale(fresh) == pytest.approx(math.sqrt(2))
 
 
 def test_rate_cap_sets_the_cap_and_leaves_given_rates_alone():
@@ -43,7 +77,6 @@ def test_rate_cap_sets_the_cap_and_leaves_given_rates_alone():
     assert rate_scale(config_from_args(["--num-envs", "64", "--rate-cap", "2"])) == pytest.approx(2.0)
     given = config_from_args(["--num-envs", "512", "--rate-cap", "2", "--learning-rate-actor", "0.002"])
     assert learning_rates(given) == pytest.approx((0.002, 2e-3))
-    from ppo_lstm.config import validate
     with pytest.raises(UsageError, match="--rate-cap must be > 0"):
         validate(dataclasses.replace(TrainConfig(), rate_cap=0.0))
 
@@ -110,7 +143,6 @@ def test_rates_left_to_the_rule_are_saved_as_such_and_come_back_equal():
 
 
 def test_a_bad_given_rate_is_still_refused():
-    from ppo_lstm.config import validate
     with pytest.raises(UsageError, match="--learning-rate-actor must be within"):
         validate(dataclasses.replace(TrainConfig(), learning_rate_actor=0.0))
 
@@ -127,8 +159,9 @@ def test_resume_keeps_the_picked_batch_and_rates(tmp_path):
     def batch_line(text: str) -> str:
         return next(line for line in text.splitlines() if line.startswith("Batch: ")).split("; episodes per")[0]
     picked = ("Batch: 64 transitions per update = 1 worker(s) x 4 envs x 16 steps (default: 16 steps x envs x "
-              "workers); 4 minibatches of 16, 4 epochs; learning rates 0.000212 / 0.000707 (0.0003 / 0.001 x "
-              "sqrt(64/128) = x0.707)")
+              "workers); 1 minibatch of 64 (default: 4, fewer to keep at least 4 of the 4 env sequences in each), "
+              "4 epochs; learning rates 0.000424 / 0.00141 (0.0003 / 0.001 x sqrt(64/32, the minibatch's "
+              "transitions) = x1.41)")
     assert batch_line(first.stdout) == batch_line(again.stdout) == picked
     assert "Resumed from " in again.stdout and "Episode 16/16" in again.stdout
 
