@@ -106,7 +106,8 @@ def describe_batch(config: TrainConfig, world_size: int = 1) -> str:
     rule = ("--update-interval" if config.update_interval is not None
             else f"default: {STEPS_PER_ENV} steps x envs x workers")
     actor, critic = learning_rates(config, world_size)
-    scale = _scale_text(*rate_basis(config, world_size), config.rate_cap)
+    transitions, base = rate_basis(config, world_size)
+    scale = _scale_text(transitions, base, config.rate_cap)
     if config.learning_rate_actor is None and config.learning_rate_critic is None:
         how = f"{BASE_RATES[0]:g} / {BASE_RATES[1]:g} {scale}"
     elif config.learning_rate_actor is None:
@@ -117,7 +118,7 @@ def describe_batch(config: TrainConfig, world_size: int = 1) -> str:
         how = "--learning-rate-actor and --learning-rate-critic as given"
     count = minibatches(config, world_size)
     split = f"{count} minibatch{'es' if count > 1 else ''} of {u // count}"
-    if config.minibatches is None and count < MAX_MINIBATCHES:
+    if base == BASE_MINIBATCH:  # the rule took fewer than MAX_MINIBATCHES
         split += (f" (default: {MAX_MINIBATCHES}, fewer to keep at least {MIN_SEQUENCES} of the {n * world_size} "
                   f"env sequences in each)")
     return (f"Batch: {u} transitions per update = {world_size} worker(s) x {n} envs x {t} steps ({rule}); "
