@@ -29,6 +29,7 @@ scores: ``bench/learning_ceiling.py``; the training jobs: ``bench/learning_jobs.
     python bench/learning.py --set ent_coef=0.03 --set update_interval=512    # TrainConfig overrides
     python bench/learning.py --no-sb3 --seeds 6 --workers 1,2   # 1 worker against 2 gloo workers (~9 min)
     python bench/learning.py --markets signal-5bps --no-sb3 --pick best   # score best.pt, the hold-out's pick
+    python bench/learning.py --no-sb3 --seeds 8 --first-seed 9   # seeds 9-16, to add to a run of seeds 1-8
 
 Markets: regime-1bp, regime-10bps, ou-10bps, regime-10bps-csv, signal-5bps (fee as named,
 slippage 0, every other EnvConfig field at its default).
@@ -116,8 +117,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=131_072, help="env steps per ppo-lstm-trader training run")
     parser.add_argument("--sb3-steps", type=int,
                         help="env steps per RecurrentPPO run (default: --steps, the same budget)")
-    parser.add_argument("--seeds", type=int, default=3, help="training seeds of ppo-lstm-trader (1..N)")
+    parser.add_argument("--seeds", type=int, default=3, help="training seeds of ppo-lstm-trader (from --first-seed)")
     parser.add_argument("--sb3-seeds", type=int, default=1, help="training seeds of RecurrentPPO")
+    parser.add_argument("--first-seed", type=int, default=1,
+                        help="ppo-lstm-trader trains seeds FIRST .. FIRST + --seeds - 1, so more seeds can be "
+                             "added to an earlier run's (whose seeds repeat to the last digit) without rerunning them")
     parser.add_argument("--no-sb3", action="store_true", help="skip RecurrentPPO")
     parser.add_argument("--episodes", type=int, default=1000, help="held-out test episodes per market")
     parser.add_argument("--jobs", type=int, default=2, help="training processes at once (1 torch thread each)")
@@ -140,6 +144,9 @@ def main() -> None:
         args.sb3_steps = args.steps
     names = [m.strip() for m in args.markets.split(",") if m.strip()]
     worker_counts = [int(w) for w in args.workers.split(",") if w.strip()]
+    if args.first_seed < 1:
+        parser.error(f"--first-seed must be 1 or more, not {args.first_seed}")
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
     for name in names:
         if name not in MARKETS:
             parser.error(f"unknown market {name!r}; choose from {', '.join(MARKETS)}")
@@ -168,10 +175,10 @@ def main() -> None:
                           additive=bool(MARKETS[name].get("additive")))
             setups[name].update(train_drift=train_drift, test_drift=test_drift)
         jobs += [{**common, "kind": "ours", "seed": s, "steps": args.steps, "overrides": overrides, "workers": w,
-                  "pick": args.pick} for w in worker_counts for s in range(1, args.seeds + 1)]
+                  "pick": args.pick} for w in worker_counts for s in seeds]
         if MARKETS[name].get("features"):  # the same agent blind to the columns
             jobs += [{**common, "kind": "ours", "seed": s, "steps": args.steps, "overrides": overrides, "workers": 1,
-                      "no_features": True, "pick": args.pick} for s in range(1, args.seeds + 1)]
+                      "no_features": True, "pick": args.pick} for s in seeds]
         if sb3:
             jobs += [{**common, "kind": "sb3", "seed": s, "steps": args.sb3_steps, "overrides": overrides}  # env.* only
                      for s in range(1, args.sb3_seeds + 1)]
@@ -199,7 +206,8 @@ def main() -> None:
     done += [run_job(job) for job in launched]  # one at a time, after the pool: each uses every core
 
     report: dict[str, Any] = {"bench": "learning", "steps": args.steps, "sb3_steps": args.sb3_steps if sb3 else None,
-                              "seeds": args.seeds, "episodes": args.episodes, "overrides": overrides, "pick": args.pick,
+                              "seeds": args.seeds, "first_seed": args.first_seed, "episodes": args.episodes,
+                              "overrides": overrides, "pick": args.pick,
                               "quick": args.quick, "markets": {}}
     for name in names:
         base = setups[name]["baselines"]
