@@ -114,7 +114,7 @@ class TrainConfig:
         None, PPO, f"Adam learning rate of the value head (default: {BASE_RATES[1]:g} x the same scale as the "
                    f"actor's; a given rate is used as it is)")
     rate_cap: float = _f(DEFAULT_RATE_CAP, PPO, f"the most the batch rule scales the default learning rates by "
-                                                f"(x sqrt(U / {BASE_BATCH}) up to this; {DEFAULT_RATE_CAP:g} is reached "
+                                                f"(the scale of --learning-rate-actor's default, up to this; {DEFAULT_RATE_CAP:g} is reached "
                                                 f"at a batch of {int(BASE_BATCH * DEFAULT_RATE_CAP ** 2)}); a given "
                                                 f"rate is not scaled")
     gamma: float = _f(0.99, PPO, "discount factor")
