@@ -53,7 +53,9 @@ regime path (default parameters) cut into a 60k-bar training file and the 20k ba
 it as the test file. Its scores are not comparable with the simulated markets': a
 continuous backtest keeps the lot size fixed in units, so the exposure drifts with the
 price over 20k bars (and a policy losing steadily, like random, can go bust). Runs ``--jobs`` training
-processes at once, one torch thread each. Prints a table, then ONE JSON line.
+processes at once, one torch thread each. Prints a table, then ONE JSON line. A run of several
+workers whose launch fails is reported as a FAILED seed (``failed_seeds`` in the JSON), the
+other seeds as usual, and the bench then exits with code 1.
 """
 from __future__ import annotations
 
@@ -99,7 +101,7 @@ def print_table(report: dict[str, Any]) -> None:
     for name, mk in report["markets"].items():
         ref = mk["reference_bps"]
         for policy, row in mk["rows"].items():
-            share = 100.0 * row["bps_per_bar"] / ref if ref else None
+            share = 100.0 * row["bps_per_bar"] / ref if ref and row["bps_per_bar"] is not None else None
             print(f"{name:<18}{policy:<42}{_fmt(row['bps_per_bar'], '9.3f')}{_fmt(share, '9.1f')}"
                   f"{_fmt(row.get('turnover'), '10.2f')}  {row.get('note', '')}")
         print()
@@ -107,8 +109,20 @@ def print_table(report: dict[str, Any]) -> None:
 
 def _shares(results: dict[str, Any], ref: float) -> dict[str, Optional[float]]:
     """Mean and worst score of one set of seeds as shares of the reference rule's."""
-    return {"ours_share_mean": float(np.mean(results["scores"])) / ref if ref else None,
-            "ours_share_worst": results["worst"] / ref if ref else None}
+    if not results["scores"] or not ref:  # every seed failed, or no reference
+        return {"ours_share_mean": None, "ours_share_worst": None}
+    return {"ours_share_mean": float(np.mean(results["scores"])) / ref, "ours_share_worst": results["worst"] / ref}
+
+
+def _run_launched(job: dict[str, Any]) -> dict[str, Any]:
+    """A run of several gloo workers; one whose launch fails (the launcher has already said
+    why on stderr) becomes a failed seed, so the seeds already trained are still reported."""
+    try:
+        return run_job(job)
+    except RuntimeError as err:
+        print(f"seed {job['seed']} with {job['workers']} workers failed ({err}); going on with the other seeds",
+              file=sys.stderr, flush=True)
+        return {**job, "failed": str(err)}
 
 
 def main() -> None:
@@ -203,7 +217,7 @@ def main() -> None:
             setups[name]["baselines"] = baselines(name, test, tune)
             setups[name]["bars"] = int(test.close.shape[0] * test.env.episode_length)
         done = [f.result() for f in futures]
-    done += [run_job(job) for job in launched]  # one at a time, after the pool: each uses every core
+    done += [_run_launched(job) for job in launched]  # one at a time, after the pool: each uses every core
 
     report: dict[str, Any] = {"bench": "learning", "steps": args.steps, "sb3_steps": args.sb3_steps if sb3 else None,
                               "seeds": args.seeds, "first_seed": args.first_seed, "episodes": args.episodes,
@@ -217,9 +231,17 @@ def main() -> None:
         rows: dict[str, dict[str, Any]] = {}
         by_workers: dict[int, dict[str, Any]] = {}
         for workers in worker_counts:
-            ours = sorted((d["result"] for d in done if d["market"] == name and d["kind"] == "ours"
-                           and d.get("workers", 1) == workers and not d.get("no_features")),
-                          key=lambda r: r["seed"])
+            mine = [d for d in done if d["market"] == name and d["kind"] == "ours"
+                    and d.get("workers", 1) == workers and not d.get("no_features")]
+            failed_seeds = sorted(d["seed"] for d in mine if "failed" in d)
+            ours = sorted((d["result"] for d in mine if "failed" not in d), key=lambda r: r["seed"])
+            failed_rows = {f"  seed {seed}, {workers} workers": {
+                "bps_per_bar": None, "turnover": None, "note": "FAILED: its launch did not finish (stderr)"}
+                for seed in failed_seeds}
+            if not ours:
+                rows.update(failed_rows)
+                by_workers[workers] = {"scores": [], "worst": None, "per_seed": [], "failed_seeds": failed_seeds}
+                continue
             scores = [r["bps_per_bar"] for r in ours]
             label = "ppo-lstm-trader" + (f", {workers} workers," if workers > 1 else "")
             if MARKETS[name].get("features"):
@@ -235,7 +257,9 @@ def main() -> None:
                     "bps_per_bar": r["bps_per_bar"], "turnover": r["turnover"],
                     "note": f"entropy {r['final_entropy']:.2f}, train {r['wall_s']:.0f}s"
                             + (f", best.pt at {r['picked_env_steps']} steps" if args.pick == "best" else "")}
-            by_workers[workers] = {"scores": scores, "worst": worst["bps_per_bar"], "per_seed": ours}
+            rows.update(failed_rows)
+            by_workers[workers] = {"scores": scores, "worst": worst["bps_per_bar"], "per_seed": ours,
+                                   "failed_seeds": failed_seeds}
         blind = sorted((d["result"] for d in done if d["market"] == name and d.get("no_features")),
                        key=lambda r: r["seed"])
         if blind:
@@ -256,7 +280,8 @@ def main() -> None:
             "env": {k: v for k, v in MARKETS[name].items()}, "test_bars": setups[name]["bars"],
             "reference": ref_label, "reference_bps": ref, "rows": rows,
             **_shares(by_workers[worker_counts[0]], ref), "ours_per_seed": by_workers[worker_counts[0]]["per_seed"],
-            "by_workers": {w: {**_shares(b, ref), "per_seed": b["per_seed"]} for w, b in by_workers.items()},
+            "by_workers": {w: {**_shares(b, ref), "per_seed": b["per_seed"], "failed_seeds": b["failed_seeds"]}
+                           for w, b in by_workers.items()},
             "sb3_per_seed": theirs, "without_features_per_seed": blind,
             "threshold_grid_bps": base[ref_label]["tuning_grid"]}
     report["wall_s"] = time.perf_counter() - start
@@ -271,6 +296,11 @@ def main() -> None:
     print(line)
     if args.json_out:
         args.json_out.write_text(line + "\n")
+    failed = [d for d in done if "failed" in d]
+    if failed:
+        print(f"{len(failed)} training run(s) failed: " + ", ".join(
+            f"{d['market']} seed {d['seed']} on {d['workers']} workers" for d in failed), file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

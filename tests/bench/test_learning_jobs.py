@@ -37,3 +37,17 @@ def test_the_best_pick_keeps_the_hold_outs_choice_over_several_checkpoints():
     result = run_job(job)["result"]  # 4 rounds of 8 episodes: a checkpoint, and a hold-out backtest, after each
     assert result["env_steps"] == 4096 and result["bps_per_bar"] == result["bps_per_bar"]
     assert result["picked_env_steps"] in (1024, 2048, 3072, 4096)
+
+
+
+def test_a_failed_launch_of_several_workers_becomes_a_failed_seed_and_the_bench_goes_on(monkeypatch, capsys):
+    import bench.learning as learning
+
+    def launch_fails(job):  # what train_ours raises when the launcher returns a non-zero code
+        raise RuntimeError(f"training with {job['workers']} workers failed: {job}")
+
+    monkeypatch.setattr(learning, "run_job", launch_fails)
+    job = {"market": "regime-10bps", "kind": "ours", "seed": 7, "workers": 4}
+    out = learning._run_launched(job)
+    assert "result" not in out and out["seed"] == 7 and "training with 4 workers failed" in out["failed"]
+    assert "seed 7 with 4 workers failed" in capsys.readouterr().err
