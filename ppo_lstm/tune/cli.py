@@ -75,7 +75,7 @@ def _run(command: Any) -> int:
         if recorded is None:
             record_settings(study, settings)
         else:
-            check_settings(tune.study_name, recorded, settings)
+            check_settings(tune.study_name, recorded, settings, frozenset(d.dest for d in space.dimensions))
         check_span(study, span)
     code = run_jobs(Job(base, tune, space, url, periods_per_year))
     _print_report(report_lines(study, url, out), out)

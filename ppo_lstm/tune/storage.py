@@ -156,14 +156,19 @@ def wait_for_settings(study: optuna.Study, timeout: float = 60.0) -> Optional[di
         time.sleep(0.2)
 
 
-def check_settings(name: str, recorded: dict[str, Any], settings: dict[str, Any]) -> None:
+def check_settings(name: str, recorded: dict[str, Any], settings: dict[str, Any],
+                   sampled: frozenset[str] = frozenset()) -> None:
     """UsageError naming the first setting that differs from those the study was created with.
     A setting the study's version did not record reads as what its trials trained with
-    (:func:`~ppo_lstm.config.as_this_version_by_dest`)."""
+    (:func:`~ppo_lstm.config.as_this_version_by_dest`). The base settings in ``sampled``
+    (dests the space samples) are not compared: every trial sets them, so their base
+    values reach no trial (a default changed since the study began does not refuse it)."""
     base = recorded.get("base")
     if isinstance(base, dict):
-        recorded = {**recorded, "base": as_this_version_by_dest(base)}
+        recorded = {**recorded, "base": _without(as_this_version_by_dest(base), sampled)}
     settings = json.loads(json.dumps(settings))
+    if isinstance(settings.get("base"), dict):
+        settings["base"] = _without(settings["base"], sampled)
     for key in sorted(set(recorded) | set(settings)):
         old, new = recorded.get(key), settings.get(key)
         if old == new:
@@ -173,6 +178,10 @@ def check_settings(name: str, recorded: dict[str, Any], settings: dict[str, Any]
             old, new, key = old.get(inner), new.get(inner), f"{key} {inner}"
         raise UsageError(f"study '{name}' was created with {key} = {json.dumps(old)}, this command gives "
                          f"{json.dumps(new)}; keep the study's settings, or start another study (--study-name)")
+
+
+def _without(values: dict[str, Any], keys: frozenset[str]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if k not in keys}
 
 
 def record_span(study: optuna.Study, span: Optional[str]) -> None:

@@ -170,3 +170,17 @@ def test_a_study_recorded_before_ema_spans_reads_as_one_without_the_entry():
     check_settings("s", old, now)
     with pytest.raises(UsageError, match=r'created with base env.ema_spans = null, this command gives "500"'):
         check_settings("s", old, {**now, "base": run_settings(TrainConfig())})
+
+
+def test_a_base_setting_the_space_samples_is_not_compared_so_a_changed_default_does_not_refuse_the_study():
+    from ppo_lstm.errors import UsageError
+    from ppo_lstm.tune.report import run_settings
+    from ppo_lstm.tune.storage import check_settings
+    now = {"trials": 4, "base": run_settings(TrainConfig())}  # --minibatches left to the batch rule (None)
+    old = {"trials": 4, "base": {**now["base"], "minibatches": 4}}  # a study begun when 4 was the default
+    check_settings("s", old, now, frozenset({"minibatches", "num_envs"}))  # its space samples both
+    with pytest.raises(UsageError, match=r"created with base minibatches = 4, this command gives null"):
+        check_settings("s", old, now)  # a space without them: every trial took the base's 4
+    with pytest.raises(UsageError, match=r"created with base epochs = 4, this command gives 2"):
+        check_settings("s", old, {**now, "base": {**run_settings(TrainConfig(epochs=2))}},
+                       frozenset({"minibatches"}))  # the others are still compared
