@@ -28,7 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ppo_lstm.batch_rule import BASE_RATES, STEPS_PER_ENV  # noqa: E402
+from ppo_lstm.batch_rule import BASE_RATES, update_batch  # noqa: E402
+from ppo_lstm.batch_rule import minibatches as rule_or_given_minibatches  # noqa: E402
 from ppo_lstm.config import TrainConfig  # noqa: E402
 
 DEFAULT_LR = dict(zip(("learning_rate_actor", "learning_rate_critic"), BASE_RATES))  # the base rates, always given
@@ -90,10 +91,10 @@ def run(market: str, seeds: int, jobs: int, steps: int, overrides: dict[str, flo
 
 def label(overrides: dict[str, float | str]) -> str:
     scale = overrides.get("learning_rate_actor", DEFAULT_LR["learning_rate_actor"]) / DEFAULT_LR["learning_rate_actor"]
-    batch = overrides.get("update_interval", STEPS_PER_ENV * overrides.get("num_envs", TrainConfig().num_envs))
-    minibatches = overrides.get("minibatches", 4)
-    others = [f"{k}={_show(v)}" for k, v in overrides.items()
-              if k not in ("num_envs", "update_interval", "minibatches", *DEFAULT_LR)]
+    shape = {k: int(overrides[k]) for k in ("num_envs", "update_interval", "rollout_steps", "minibatches")
+             if k in overrides}
+    batch, minibatches = update_batch(TrainConfig(**shape)), rule_or_given_minibatches(TrainConfig(**shape))
+    others = [f"{k}={_show(v)}" for k, v in overrides.items() if k not in (*shape, *DEFAULT_LR)]
     return (f"batch {batch:g}, {minibatches:g} minibatches of {batch / minibatches:g}, rates x{scale:g}"
             + "".join(f", {o}" for o in others))
 

@@ -2,13 +2,15 @@
 default Adam rates follow ``--num-envs`` and the worker count (docs/batch_scaling.md).
 
 Every rank all-gathers its rollout, so the batch grows with the envs and the workers:
-U = :data:`STEPS_PER_ENV` x envs x workers unless ``--update-interval`` sets it. Its S env
-sequences (envs x workers) split into :data:`MAX_MINIBATCHES` minibatches, fewer where a
-minibatch would hold under :data:`MIN_SEQUENCES` sequences (:func:`rule_minibatches`), unless
-``--minibatches`` sets them. The rates left to the rule are :data:`BASE_RATES` x
-min(sqrt(m / :data:`BASE_MINIBATCH`), ``--rate-cap``), m = U / minibatches the transitions of
-one gradient step (:data:`DEFAULT_RATE_CAP` unless given); from 16 sequences up that is
-sqrt(U / :data:`BASE_BATCH`). With ``--minibatches`` given, the rates follow the batch alone,
+U = T x S for S env sequences (envs x workers), T = :data:`STEPS_PER_ENV` steps of each, or
+:data:`SHORT_STEPS` from :data:`SHORT_FROM` to :data:`FULL_FROM` - 1 sequences
+(:func:`rule_steps`), unless ``--rollout-steps`` sets T or ``--update-interval`` sets U. The S
+sequences split into :data:`MAX_MINIBATCHES` minibatches, fewer where a minibatch would hold
+under :data:`MIN_SEQUENCES` sequences or :data:`MIN_MINIBATCH` transitions
+(:func:`rule_minibatches`), unless ``--minibatches`` sets them. The rates left to the rule are
+:data:`BASE_RATES` x min(sqrt(m / :data:`BASE_MINIBATCH`), ``--rate-cap``), m = U / minibatches
+the transitions of one gradient step (:data:`DEFAULT_RATE_CAP` unless given); at 4 minibatches
+that is sqrt(U / :data:`BASE_BATCH`). With ``--minibatches`` given, the rates follow the batch alone,
 sqrt(U / :data:`BASE_BATCH`), as they did before the rule picked minibatches. The functions
 read a :class:`~ppo_lstm.config.TrainConfig`.
 """
@@ -22,24 +24,43 @@ from .errors import UsageError
 if TYPE_CHECKING:
     from .config import TrainConfig
 
-STEPS_PER_ENV = 16  # rollout length T of every env per update when --update-interval is not given
+STEPS_PER_ENV = 16  # rollout length T of every env per update, unless --rollout-steps or --update-interval set it
+SHORT_STEPS = 8  # ... but this many from SHORT_FROM to FULL_FROM - 1 env sequences (rule_steps)
+SHORT_FROM, FULL_FROM = 16, 32
 BASE_BATCH = 128  # the batch the base learning rates were tuned at (8 envs x 16 steps, one worker)
 BASE_RATES = (3e-4, 1e-3)  # (actor, critic) Adam rates at BASE_BATCH; x sqrt(U / BASE_BATCH) at batch U
-MAX_MINIBATCHES = 4  # minibatches of an update when --minibatches is not given, from 16 env sequences up
-MIN_SEQUENCES = 4  # ... fewer below, so that a minibatch holds at least this many env sequences
+MAX_MINIBATCHES = 4  # minibatches of an update when --minibatches is not given, where each holds enough:
+MIN_SEQUENCES = 4  # ... at least this many env sequences
 BASE_MINIBATCH = BASE_BATCH // MAX_MINIBATCHES  # transitions of one gradient step at the base rates
+MIN_MINIBATCH = 64  # ... and at least this many transitions (4 sequences of 16 steps, 8 of 8)
 DEFAULT_RATE_CAP = 4.0  # ... up to this scale (--rate-cap), reached at a batch of 2,048 (docs/batch_scaling.md)
 SAVED_RATE_CAP = 8.0  # the cap of a checkpoint written before --rate-cap existed: it resumes at the rates it had
 
 
+def rule_steps(sequences: int) -> int:
+    """The rollout length T the rule gives S env ``sequences``: :data:`STEPS_PER_ENV`, but
+    :data:`SHORT_STEPS` from :data:`SHORT_FROM` to :data:`FULL_FROM` - 1 sequences, where 4
+    minibatches of 16-step sequences would each hold fewer than 8. There (2 workers of 8 envs,
+    or 16 envs) a batch of 16 steps, 256 transitions in 4 minibatches of 4 sequences, learned
+    less than one worker of 8 envs on the same env steps, and 8 steps, the batch of 128 in 2
+    minibatches of 8 sequences, learned as well as it (docs/batch_scaling.md, "Many workers")."""
+    return SHORT_STEPS if SHORT_FROM <= sequences < FULL_FROM else STEPS_PER_ENV
+
+
+def rollout_steps(config: TrainConfig, world_size: int = 1) -> int:
+    """T when ``--update-interval`` is not given: ``--rollout-steps``, else :func:`rule_steps`."""
+    if config.rollout_steps is not None:
+        return config.rollout_steps
+    return rule_steps(config.num_envs * world_size)
+
+
 def update_batch(config: TrainConfig, world_size: int = 1) -> int:
     """U, the transitions of one update over all workers: ``--update-interval`` when given
-    (a global batch, whatever the worker count), else :data:`STEPS_PER_ENV` steps of every
-    env of every worker, so the batch grows with ``--num-envs`` and the worker count while
-    each env's rollout keeps its length."""
+    (a global batch, whatever the worker count), else :func:`rollout_steps` steps of every
+    env of every worker, so the batch grows with ``--num-envs`` and the worker count."""
     if config.update_interval is not None:
         return config.update_interval
-    return STEPS_PER_ENV * config.num_envs * world_size
+    return rollout_steps(config, world_size) * config.num_envs * world_size
 
 
 def batch_rate_scale(batch: int, cap: float = DEFAULT_RATE_CAP, base: int = BASE_BATCH) -> float:
@@ -54,22 +75,30 @@ def batch_rate_scale(batch: int, cap: float = DEFAULT_RATE_CAP, base: int = BASE
     return min(math.sqrt(batch / base), cap)
 
 
-def rule_minibatches(sequences: int) -> int:
-    """The minibatches the rule splits S env ``sequences`` into: the most, up to
-    :data:`MAX_MINIBATCHES`, that divide S and leave each at least :data:`MIN_SEQUENCES`
-    sequences; 1 under 2 x MIN_SEQUENCES sequences. At batch 128 (8 envs), 2 minibatches of 64
-    transitions at rates x sqrt(2) train 1.6 times the env steps of 4 of 32 at x1 in the same
-    seconds (half the gradient steps an update), and learned as well in them (docs/batch_scaling.md)."""
-    fits = [m for m in range(1, MAX_MINIBATCHES + 1) if sequences % m == 0 and sequences // m >= MIN_SEQUENCES]
+def least_sequences(steps: int) -> int:
+    """The fewest env sequences of ``steps`` steps a rule-picked minibatch holds:
+    :data:`MIN_SEQUENCES`, and enough for :data:`MIN_MINIBATCH` transitions (8 at 8 steps)."""
+    return max(MIN_SEQUENCES, math.ceil(MIN_MINIBATCH / max(steps, 1)))
+
+
+def rule_minibatches(sequences: int, steps: int = STEPS_PER_ENV) -> int:
+    """The minibatches the rule splits S env ``sequences`` of ``steps`` steps into: the most,
+    up to :data:`MAX_MINIBATCHES`, that divide S and leave each :func:`least_sequences`; 1
+    where none does. At batch 128 (8 envs), 2 minibatches of 64 transitions at rates x sqrt(2)
+    train 1.6 times the env steps of 4 of 32 at x1 in the same seconds (half the gradient steps
+    an update), and learned as well in them (docs/batch_scaling.md)."""
+    least = least_sequences(steps)
+    fits = [m for m in range(1, MAX_MINIBATCHES + 1) if sequences % m == 0 and sequences // m >= least]
     return max(fits, default=1)
 
 
 def minibatches(config: TrainConfig, world_size: int = 1) -> int:
     """The minibatches of one update: ``--minibatches`` when given, else :func:`rule_minibatches`
-    of the batch's env sequences (envs x workers)."""
+    of the batch's env sequences (envs x workers) and their steps."""
     if config.minibatches is not None:
         return config.minibatches
-    return rule_minibatches(config.num_envs * world_size)
+    sequences = config.num_envs * world_size
+    return rule_minibatches(sequences, update_batch(config, world_size) // sequences)
 
 
 def rate_basis(config: TrainConfig, world_size: int = 1) -> tuple[int, int]:
@@ -103,8 +132,14 @@ def describe_batch(config: TrainConfig, world_size: int = 1) -> str:
     """The start-up line's account of the batch and the rates: its split, the rule or the
     flags that set each, so a user sees what ``--num-envs`` and the workers picked."""
     u, n, t = update_batch(config, world_size), config.num_envs, steps_per_env(config, world_size)
-    rule = ("--update-interval" if config.update_interval is not None
-            else f"default: {STEPS_PER_ENV} steps x envs x workers")
+    if config.update_interval is not None:
+        rule = "--update-interval"
+    elif config.rollout_steps is not None:
+        rule = "--rollout-steps"
+    elif t == SHORT_STEPS:
+        rule = f"default: {SHORT_STEPS} steps x envs x workers from {SHORT_FROM} to {FULL_FROM - 1} env sequences"
+    else:
+        rule = f"default: {STEPS_PER_ENV} steps x envs x workers"
     actor, critic = learning_rates(config, world_size)
     transitions, base = rate_basis(config, world_size)
     scale = _scale_text(transitions, base, config.rate_cap)
@@ -119,8 +154,8 @@ def describe_batch(config: TrainConfig, world_size: int = 1) -> str:
     count = minibatches(config, world_size)
     split = f"{count} minibatch{'es' if count > 1 else ''} of {u // count}"
     if base == BASE_MINIBATCH:  # the rule took fewer than MAX_MINIBATCHES
-        split += (f" (default: {MAX_MINIBATCHES}, fewer to keep at least {MIN_SEQUENCES} of the {n * world_size} "
-                  f"env sequences in each)")
+        split += (f" (default: {MAX_MINIBATCHES}, fewer to keep at least {least_sequences(t)} of the "
+                  f"{n * world_size} env sequences in each)")
     return (f"Batch: {u} transitions per update = {world_size} worker(s) x {n} envs x {t} steps ({rule}); "
             f"{split}, {config.epochs} epochs; learning rates {actor:.3g} / {critic:.3g} ({how})")
 

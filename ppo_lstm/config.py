@@ -24,8 +24,9 @@ from envs.data.features import FEATURE_WINDOW, SAVED_FEATURE_WINDOW
 from .rundir.checkpoint import RUN_CONFIG_NAME, atomic_write_bytes
 from .config_file import (DefaultsHelpFormatter, ParsedArgs, add_config_options, add_field_flag, dump_settings,
                           flag_name, parse_args)
-from .batch_rule import (BASE_BATCH, BASE_MINIBATCH, BASE_RATES, DEFAULT_RATE_CAP, MAX_MINIBATCHES, MIN_SEQUENCES,
-                         SAVED_RATE_CAP, STEPS_PER_ENV, minibatches, steps_per_env, update_batch)
+from .batch_rule import (BASE_BATCH, BASE_MINIBATCH, BASE_RATES, DEFAULT_RATE_CAP, FULL_FROM, MAX_MINIBATCHES,
+                         MIN_MINIBATCH, MIN_SEQUENCES, SAVED_RATE_CAP, SHORT_FROM, SHORT_STEPS, STEPS_PER_ENV,
+                         minibatches, steps_per_env, update_batch)
 from .errors import OneLineParser, UsageError
 from .train.time_limit import limit_seconds
 
@@ -53,8 +54,8 @@ class TrainConfig:
 
     # run
     episodes: int = _f(1000, RUN, "total completed episodes (global, over all workers)")
-    num_envs: int = _f(64, RUN, "vectorised environments per worker (each update takes 16 steps of every env: "
-                                "docs/batch_scaling.md)")
+    num_envs: int = _f(64, RUN, "vectorised environments per worker (each update takes 16 steps of every env, 8 "
+                                "from 16 to 31 env sequences: docs/batch_scaling.md)")
     seed: int = _f(1, RUN, "random seed (model init, envs, sampling)")
     device: str = _f("auto", RUN, "where to train", launch=True, choices=("auto", "cpu", "cuda"))
     threads: Optional[int] = _f(None, RUN, "intra-op torch threads per worker "
@@ -103,8 +104,11 @@ class TrainConfig:
     tensorboard: bool = _f(False, RUN, "also write TensorBoard curves to <checkpoint-dir>/tb (needs tensorboard)")
     # PPO
     update_interval: Optional[int] = _f(None, PPO, f"transitions in one update's batch U, all workers together "
-                                                   f"(default: {STEPS_PER_ENV} steps of every env, so {STEPS_PER_ENV} "
-                                                   f"x --num-envs x workers)")
+                                                   f"(default: --rollout-steps of every env, so steps x --num-envs x "
+                                                   f"workers)")
+    rollout_steps: Optional[int] = _f(None, PPO, f"steps of every env in one update's batch (default: {STEPS_PER_ENV}; "
+                                                 f"{SHORT_STEPS} from {SHORT_FROM} to {FULL_FROM - 1} env sequences, "
+                                                 f"envs x workers); --update-interval sets the batch instead")
     learning_rate_actor: Optional[float] = _f(
         None, PPO, f"Adam learning rate of encoder, LSTM and policy head (default: {BASE_RATES[0]:g} x "
                    f"min(sqrt(U / {BASE_BATCH}), --rate-cap) at a batch of U transitions, sqrt(minibatch / "
@@ -123,8 +127,8 @@ class TrainConfig:
     epochs: int = _f(4, PPO, "passes over each batch")
     minibatches: Optional[int] = _f(None, PPO, f"minibatches per epoch, each a set of whole env sequences (default: "
                                                f"{MAX_MINIBATCHES}, fewer where each would hold under {MIN_SEQUENCES} "
-                                               f"sequences, e.g. 2 at 8 envs; a given count leaves the default rates "
-                                               f"on the batch)")
+                                               f"sequences or {MIN_MINIBATCH} transitions, e.g. 2 at 8 envs; a given "
+                                               f"count leaves the default rates on the batch)")
     ent_coef: float = _f(0.02, PPO, "entropy bonus coefficient")
     vf_coef: float = _f(0.5, PPO, "value loss coefficient")
     max_grad_norm: float = _f(0.5, PPO, "global gradient-norm clip")
@@ -178,9 +182,9 @@ class TrainConfig:
 
 
 # What a run saved before a setting existed trained with, where that is not today's default:
-# before --cost-warmup, full costs; before --rate-cap, rates capped at x8; before
-# --ema-spans, no EMA deviations; before --feature-window, 256 bars.
-SAVED_BEFORE: dict[str, Any] = {"cost_warmup": 0.0, "rate_cap": SAVED_RATE_CAP}
+# before --cost-warmup, full costs; before --rate-cap, rates capped at x8; before --rollout-steps,
+# 16 steps at every env count; before --ema-spans, no EMA deviations; before --feature-window, 256 bars.
+SAVED_BEFORE: dict[str, Any] = {"cost_warmup": 0.0, "rate_cap": SAVED_RATE_CAP, "rollout_steps": STEPS_PER_ENV}
 ENV_SAVED_BEFORE: dict[str, Any] = {"ema_spans": None, "feature_window": SAVED_FEATURE_WINDOW}
 
 
@@ -323,8 +327,8 @@ def _show(value: Any) -> str:
 
 def validate(config: TrainConfig, world_size: int = 1) -> None:
     """Raise :class:`UsageError` (one line, how to fix) for an impossible configuration."""
-    positive = ("episodes", "num_envs", "log_interval", "checkpoint_interval", "keep_checkpoints",
-                "update_interval", "epochs", "minibatches", "hidden_size", "lstm_size", "sync_check_interval")
+    positive = ("episodes", "num_envs", "log_interval", "checkpoint_interval", "keep_checkpoints", "update_interval",
+                "rollout_steps", "epochs", "minibatches", "hidden_size", "lstm_size", "sync_check_interval")
     for name in positive:
         value = getattr(config, name)
         if value is not None and value < 1:

@@ -33,7 +33,7 @@ KINDS = ("log-uniform", "uniform", "int", "choice")
 FIXED_BARS = ("data_start", "data_end")  # the study's bars: one span for all its trials (data: a list flag)
 
 # The built-in space (docs/tuning.md): both learning rates, entropy, gamma, GAE lambda, clip,
-# epochs, minibatches, env count (so the batch, 16 steps of each env), hidden and LSTM sizes, and the cost warm-up.
+# epochs, minibatches, env count (so the batch, by the batch rule), hidden and LSTM sizes, and the cost warm-up.
 DEFAULT_SPACE: dict[str, dict[str, list[Any]]] = {
     "learning-rate-actor": {"log-uniform": [1e-5, 3e-3]},
     "learning-rate-critic": {"log-uniform": [1e-4, 1e-2]},

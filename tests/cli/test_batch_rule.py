@@ -5,9 +5,8 @@ import math
 
 import pytest
 
-from ppo_lstm.batch_rule import (BASE_RATES, DEFAULT_RATE_CAP, SAVED_RATE_CAP, STEPS_PER_ENV, describe_batch,
-                                 learning_rates, minibatches, rate_scale, rule_minibatches, steps_per_env,
-                                 update_batch)
+from ppo_lstm.batch_rule import (BASE_RATES, DEFAULT_RATE_CAP, SAVED_RATE_CAP, describe_batch, learning_rates,
+                                 minibatches, rate_scale, rule_minibatches, rule_steps, steps_per_env, update_batch)
 from ppo_lstm.config import TrainConfig, config_from_args, validate
 from ppo_lstm.errors import UsageError
 
@@ -16,10 +15,13 @@ from ppo_lstm.errors import UsageError
     (8, 1, 128, 2, math.sqrt(2)),  # 2 minibatches of 4 sequences (64 transitions): sqrt(64 / 32)
     (4, 1, 64, 1, math.sqrt(2)),  # 1 of 4 sequences
     (2, 1, 32, 1, 1.0),  # 1 of 2 sequences, 32 transitions
-    (16, 1, 256, 4, math.sqrt(2)),
-    (32, 1, 512, 4, 2.0),
+    (12, 1, 192, 3, math.sqrt(2)),  # 16 steps under 16 sequences: 3 of 4 sequences
+    (16, 1, 128, 2, math.sqrt(2)),  # 8 steps from 16 to 31 sequences: 2 of 8 sequences (64 transitions)
+    (8, 2, 128, 2, math.sqrt(2)),  # the same batch on 2 workers
+    (12, 2, 192, 3, math.sqrt(2)),  # 3 of 8 sequences
+    (20, 1, 160, 2, math.sqrt(2.5)),  # 2 of 10 sequences (80 transitions): 4 of 5 would hold under 64
+    (32, 1, 512, 4, 2.0),  # 16 steps again from 32 sequences: 4 of 8
     (64, 1, 1024, 4, math.sqrt(8)),
-    (8, 2, 256, 4, math.sqrt(2)),
     (8, 4, 512, 4, 2.0),
     (32, 4, 2048, 4, 4.0),
     (128, 1, 2048, 4, 4.0),
@@ -30,7 +32,7 @@ from ppo_lstm.errors import UsageError
 def test_num_envs_and_workers_pick_the_batch_its_minibatches_and_the_rates(num_envs, workers, batch, count, scale):
     config = TrainConfig(num_envs=num_envs)
     assert update_batch(config, workers) == batch
-    assert steps_per_env(config, workers) == STEPS_PER_ENV  # every env's rollout keeps its length
+    assert steps_per_env(config, workers) == rule_steps(num_envs * workers) == batch // (num_envs * workers)
     assert minibatches(config, workers) == count
     assert rate_scale(config, workers) == pytest.approx(scale)
     assert learning_rates(config, workers) == pytest.approx((BASE_RATES[0] * scale, BASE_RATES[1] * scale))
@@ -45,6 +47,29 @@ def test_the_rule_keeps_at_least_4_sequences_in_a_minibatch_and_at_most_4_miniba
         assert sequences % count == 0 and count <= 4
         assert sequences // count >= 4 or count == 1
     validate(TrainConfig(num_envs=6))  # 6 envs: 1 minibatch, where 4 fixed minibatches did not divide them
+
+
+def test_rollouts_are_16_steps_but_8_from_16_to_31_sequences_where_a_minibatch_then_holds_8():
+    assert [rule_steps(s) for s in (1, 8, 15, 16, 24, 31, 32, 64, 4096)] == [16, 16, 16, 8, 8, 8, 16, 16, 16]
+    assert [rule_minibatches(s, 8) for s in (16, 20, 24, 28, 30)] == [2, 2, 3, 2, 3]
+    for sequences in range(16, 32):
+        count = rule_minibatches(sequences, 8)
+        assert sequences % count == 0 and (sequences // count >= 8 or count == 1)
+    given = TrainConfig(num_envs=8, rollout_steps=16)  # as before the rule shortened them: 4 minibatches of 4
+    assert (update_batch(given, 2), minibatches(given, 2), rate_scale(given, 2)) == (256, 4, pytest.approx(math.sqrt(2)))
+    both = TrainConfig(num_envs=8, rollout_steps=32, update_interval=512)  # --update-interval sets the batch
+    assert (update_batch(both, 2), steps_per_env(both, 2)) == (512, 32)
+    with pytest.raises(UsageError, match="--rollout-steps must be a positive count"):
+        validate(TrainConfig(rollout_steps=0))
+
+
+def test_a_checkpoint_saved_before_rollout_steps_resumes_at_the_16_steps_it_trained_with():
+    saved = TrainConfig(num_envs=16).to_dict()
+    del saved["rollout_steps"]
+    old = TrainConfig.from_dict(saved)
+    assert old.rollout_steps == 16 and (update_batch(old), minibatches(old)) == (256, 4)
+    fresh = TrainConfig.from_dict(TrainConfig(num_envs=16).to_dict())
+    assert fresh.rollout_steps is None and (update_batch(fresh), minibatches(fresh)) == (128, 2)
 
 
 def test_the_scale_is_sqrt_of_the_minibatch_ratio_up_to_the_cap():
@@ -115,6 +140,13 @@ def test_the_start_up_line_says_what_was_picked_and_why():
         "sqrt(2048/128) = x4)")
     assert describe_batch(TrainConfig(num_envs=4096), 1).endswith(
         "learning rates 0.0012 / 0.004 (0.0003 / 0.001 x4, the cap (--rate-cap), as sqrt(65536/128) = 22.6 is more)")
+    assert describe_batch(TrainConfig(num_envs=8), 2) == (
+        "Batch: 128 transitions per update = 2 worker(s) x 8 envs x 8 steps (default: 8 steps x envs x workers from "
+        "16 to 31 env sequences); 2 minibatches of 64 (default: 4, fewer to keep at least 8 of the 16 env sequences "
+        "in each), 4 epochs; learning rates 0.000424 / 0.00141 (0.0003 / 0.001 x sqrt(64/32, the minibatch's "
+        "transitions) = x1.41)")
+    assert describe_batch(TrainConfig(num_envs=16, rollout_steps=16), 1).startswith(
+        "Batch: 256 transitions per update = 1 worker(s) x 16 envs x 16 steps (--rollout-steps); 4 minibatches of 64")
     explicit = TrainConfig(num_envs=8, update_interval=256, minibatches=2, learning_rate_critic=2e-3)
     assert describe_batch(explicit, 1) == (
         "Batch: 256 transitions per update = 1 worker(s) x 8 envs x 32 steps (--update-interval); 2 minibatches "
