@@ -235,14 +235,15 @@ def main() -> None:
                     and d.get("workers", 1) == workers and not d.get("no_features")]
             failed_seeds = sorted(d["seed"] for d in mine if "failed" in d)
             ours = sorted((d["result"] for d in mine if "failed" not in d), key=lambda r: r["seed"])
+            scores = [r["bps_per_bar"] for r in ours]
+            by_workers[workers] = {"scores": scores, "worst": min(scores, default=None), "per_seed": ours,
+                                   "failed_seeds": failed_seeds}
             failed_rows = {f"  seed {seed}, {workers} workers": {
                 "bps_per_bar": None, "turnover": None, "note": "FAILED: its launch did not finish (stderr)"}
                 for seed in failed_seeds}
             if not ours:
                 rows.update(failed_rows)
-                by_workers[workers] = {"scores": [], "worst": None, "per_seed": [], "failed_seeds": failed_seeds}
                 continue
-            scores = [r["bps_per_bar"] for r in ours]
             label = "ppo-lstm-trader" + (f", {workers} workers," if workers > 1 else "")
             if MARKETS[name].get("features"):
                 label += f" --features {MARKETS[name]['features']}"
@@ -258,8 +259,6 @@ def main() -> None:
                     "note": f"entropy {r['final_entropy']:.2f}, train {r['wall_s']:.0f}s"
                             + (f", best.pt at {r['picked_env_steps']} steps" if args.pick == "best" else "")}
             rows.update(failed_rows)
-            by_workers[workers] = {"scores": scores, "worst": worst["bps_per_bar"], "per_seed": ours,
-                                   "failed_seeds": failed_seeds}
         blind = sorted((d["result"] for d in done if d["market"] == name and d.get("no_features")),
                        key=lambda r: r["seed"])
         if blind:

@@ -10,9 +10,9 @@ under :data:`MIN_SEQUENCES` sequences or :data:`MIN_MINIBATCH` transitions
 (:func:`rule_minibatches`), unless ``--minibatches`` sets them. The rates left to the rule are
 :data:`BASE_RATES` x min(sqrt(m / :data:`BASE_MINIBATCH`), ``--rate-cap``), m = U / minibatches
 the transitions of one gradient step (:data:`DEFAULT_RATE_CAP` unless given); at 4 minibatches
-that is sqrt(U / :data:`BASE_BATCH`). With ``--minibatches`` given, the rates follow the batch alone,
-sqrt(U / :data:`BASE_BATCH`), as they did before the rule picked minibatches. The functions
-read a :class:`~ppo_lstm.config.TrainConfig`.
+that is sqrt(U / :data:`BASE_BATCH`). With ``--minibatches`` given, the rates follow the batch
+alone, sqrt(U / :data:`BASE_BATCH`), as they did before the rule picked minibatches. The
+functions read a :class:`~ppo_lstm.config.TrainConfig`.
 """
 from __future__ import annotations
 

@@ -117,10 +117,10 @@ class TrainConfig:
     learning_rate_critic: Optional[float] = _f(
         None, PPO, f"Adam learning rate of the value head (default: {BASE_RATES[1]:g} x the same scale as the "
                    f"actor's; a given rate is used as it is)")
-    rate_cap: float = _f(DEFAULT_RATE_CAP, PPO, f"the most the batch rule scales the default learning rates by "
-                                                f"(the scale of --learning-rate-actor's default, up to this; {DEFAULT_RATE_CAP:g} is reached "
-                                                f"at a batch of {int(BASE_BATCH * DEFAULT_RATE_CAP ** 2)}); a given "
-                                                f"rate is not scaled")
+    rate_cap: float = _f(
+        DEFAULT_RATE_CAP, PPO, f"the most the batch rule scales the default learning rates by (the scale of "
+                               f"--learning-rate-actor's default, up to this; {DEFAULT_RATE_CAP:g} is reached at a "
+                               f"batch of {int(BASE_BATCH * DEFAULT_RATE_CAP ** 2)}); a given rate is not scaled")
     gamma: float = _f(0.99, PPO, "discount factor")
     gae_lambda: float = _f(0.95, PPO, "GAE lambda")
     clip: float = _f(0.2, PPO, "PPO ratio clip range")

@@ -39,7 +39,6 @@ def test_the_best_pick_keeps_the_hold_outs_choice_over_several_checkpoints():
     assert result["picked_env_steps"] in (1024, 2048, 3072, 4096)
 
 
-
 def test_a_failed_launch_of_several_workers_becomes_a_failed_seed_and_the_bench_goes_on(monkeypatch, capsys):
     import bench.learning as learning
 

@@ -56,7 +56,8 @@ def test_rollouts_are_16_steps_but_8_from_16_to_31_sequences_where_a_minibatch_t
         count = rule_minibatches(sequences, 8)
         assert sequences % count == 0 and (sequences // count >= 8 or count == 1)
     given = TrainConfig(num_envs=8, rollout_steps=16)  # as before the rule shortened them: 4 minibatches of 4
-    assert (update_batch(given, 2), minibatches(given, 2), rate_scale(given, 2)) == (256, 4, pytest.approx(math.sqrt(2)))
+    assert (update_batch(given, 2), minibatches(given, 2)) == (256, 4)
+    assert rate_scale(given, 2) == pytest.approx(math.sqrt(2))
     both = TrainConfig(num_envs=8, rollout_steps=32, update_interval=512)  # --update-interval sets the batch
     assert (update_batch(both, 2), steps_per_env(both, 2)) == (512, 32)
     with pytest.raises(UsageError, match="--rollout-steps must be a positive count"):

@@ -182,5 +182,5 @@ def test_a_base_setting_the_space_samples_is_not_compared_so_a_changed_default_d
     with pytest.raises(UsageError, match=r"created with base minibatches = 4, this command gives null"):
         check_settings("s", old, now)  # a space without them: every trial took the base's 4
     with pytest.raises(UsageError, match=r"created with base epochs = 4, this command gives 2"):
-        check_settings("s", old, {**now, "base": {**run_settings(TrainConfig(epochs=2))}},
+        check_settings("s", old, {**now, "base": run_settings(TrainConfig(epochs=2))},
                        frozenset({"minibatches"}))  # the others are still compared
