@@ -225,13 +225,12 @@ def run_cli(cwd: Path, *args: str, timeout: float = 90.0, launcher: Optional[Seq
 
 def cli_in_process(cwd: Path, *args: str) -> Result:
     """The training CLI's ``main()`` run in this process from ``cwd``: the same code path as
-    the script, without its Python start-up (torch's import, and torch._dynamo's on the first
-    optimizer: seconds per run). For checks that end before any worker starts (bad flags,
-    impossible configurations) and for single-process runs whose subject is not the process
-    (the run dir, resume, checkpoints); signals, spawned workers and torchrun run in
-    subprocesses (:func:`run_cli`). stdout and stderr are captured; Python warnings are shown
-    as a fresh interpreter shows them (its default filters), on the captured stderr. What a
-    run changes in this process (cwd, environment, SIGINT/SIGTERM handlers, torch's thread
+    the script, without its Python start-up (torch's import: seconds per run). For checks that
+    end before any worker starts (bad flags, impossible configurations) and for single-process
+    runs whose subject is not the process (the run dir, resume, checkpoints); signals, spawned
+    workers and torchrun run in subprocesses (:func:`run_cli`). stdout and stderr are captured;
+    Python warnings are shown as a fresh interpreter shows them (its default filters), on the
+    captured stderr. What a run changes in this process (cwd, environment, SIGINT/SIGTERM handlers, torch's thread
     count, the global RNGs) is put back afterwards."""
     import contextlib
     import io

@@ -11,6 +11,7 @@ from ..algo.agent import RecurrentActorCritic
 from ..batch_rule import learning_rates
 from ..config import TrainConfig
 from ..errors import UsageError
+from .eager_adam import EagerAdam
 
 
 def build_agent(config: TrainConfig) -> RecurrentActorCritic:
@@ -23,9 +24,10 @@ def build_optimizer(config: TrainConfig, agent: RecurrentActorCritic, world_size
     at :func:`~ppo_lstm.batch_rule.learning_rates` for ``world_size`` workers.
 
     The fused kernel: one call per group for every parameter, where ``foreach`` takes
-    several (docs/benchmarks.md, "Training throughput")."""
+    several (docs/benchmarks.md, "Training throughput"). :class:`EagerAdam` is torch's Adam
+    without the seconds of importing ``torch._dynamo``."""
     actor, critic = learning_rates(config, world_size)
-    return torch.optim.Adam([
+    return EagerAdam([
         {"params": agent.actor_parameters(), "lr": actor, "name": "actor"},
         {"params": agent.critic_parameters(), "lr": critic, "name": "critic"},
     ], eps=1e-5, fused=True)

@@ -192,10 +192,6 @@ class TrialRunner:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(config_yaml(config, ("the trial's settings, read once by its training run",)))
         stderr_path = str(run_dir.parent / f".{run_dir.name}.stderr")
-        # torch.optim imports torch._dynamo when an optimizer is first used (about 2 s of CPU): imported
-        # here, once, every forked run inherits it rather than importing it again.
-        import torch._dynamo  # noqa: F401
-
         context = multiprocessing.get_context("fork")  # inherits the imports: no second torch start-up
         child = context.Process(target=_train_child, args=(["--config", config_path], stderr_path, run_dir),
                                 daemon=False)
