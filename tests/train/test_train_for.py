@@ -108,7 +108,10 @@ def test_a_run_of_a_time_fits_its_episodes_and_resume_finishes_them(tmp_path: Pa
     assert fitted and all(n % 2 == 0 for n in fitted)  # whole rounds of the 2 envs' episodes
     assert _checkpoint_episodes(tmp_path) == fitted[-1]  # the checkpoint records the fitted run
     done = int(re.search(r"Training finished: (\d+) episodes", log).group(1))
-    assert done <= fitted[-1] and f"/{fitted[-1]} - Reward" in log
+    if done == fitted[-1]:  # the episode lines count to the fitted total
+        assert f"/{fitted[-1]} - Reward" in log
+    else:  # a loaded machine slowed down after the fit: the clock stopped the run first, and said so
+        assert done < fitted[-1] and f"Time is up (--train-for 1s): stopped at episode {done} of {fitted[-1]}" in log
     again = cli_in_process(tmp_path, "--resume", "--no-progress")
     assert again.returncode == 0, again.stderr
     assert f"Training finished: {fitted[-1]} episodes" in (tmp_path / "training.log").read_text()
