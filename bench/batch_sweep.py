@@ -93,7 +93,8 @@ def label(overrides: dict[str, float | str]) -> str:
     scale = overrides.get("learning_rate_actor", DEFAULT_LR["learning_rate_actor"]) / DEFAULT_LR["learning_rate_actor"]
     shape = {k: int(overrides[k]) for k in ("num_envs", "update_interval", "rollout_steps", "minibatches")
              if k in overrides}
-    batch, minibatches = update_batch(TrainConfig(**shape)), rule_or_given_minibatches(TrainConfig(**shape))
+    config = TrainConfig(**shape)
+    batch, minibatches = update_batch(config), rule_or_given_minibatches(config)
     others = [f"{k}={_show(v)}" for k, v in overrides.items() if k not in (*shape, *DEFAULT_LR)]
     return (f"batch {batch:g}, {minibatches:g} minibatches of {batch / minibatches:g}, rates x{scale:g}"
             + "".join(f", {o}" for o in others))
