@@ -135,6 +135,8 @@ class TrainConfig:
     clip_vloss: bool = _f(True, PPO, "clip the value loss around the old values")
     norm_adv: bool = _f(True, PPO, "normalise advantages per minibatch")
     anneal_lr: bool = _f(True, PPO, "anneal learning rates linearly to 0 over the run's --episodes")
+    micro_batches: int = _f(1, PPO, "pieces each worker splits its share of a minibatch into, their gradients summed "
+                                    "before the step: the same update in less memory", launch=True)
     target_kl: Optional[float] = _f(None, PPO,
                                     "stop an update's epochs early when approx-KL exceeds this (default: off)")
     cost_warmup: float = _f(0.5, PPO, "fraction of --episodes over which the training envs' fee and slippage "
@@ -289,11 +291,6 @@ def save_run_config(config: TrainConfig) -> Path:
     return path
 
 
-def config_from_args(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> TrainConfig:
-    """Parse ``argv`` into a :class:`TrainConfig` (flag errors exit 2 in one line)."""
-    return parse_flags(argv, prog)[0]
-
-
 def _settings(config: TrainConfig) -> dict[str, tuple[dataclasses.Field, Any]]:
     """Every flag's field and value, keyed ``"name"`` or ``"env.name"``."""
     out = {f.name: (f, getattr(config, f.name)) for f in dataclasses.fields(config) if f.name != "env"}
@@ -328,7 +325,8 @@ def _show(value: Any) -> str:
 def validate(config: TrainConfig, world_size: int = 1) -> None:
     """Raise :class:`UsageError` (one line, how to fix) for an impossible configuration."""
     positive = ("episodes", "num_envs", "log_interval", "checkpoint_interval", "keep_checkpoints", "update_interval",
-                "rollout_steps", "epochs", "minibatches", "hidden_size", "lstm_size", "sync_check_interval")
+                "rollout_steps", "epochs", "minibatches", "micro_batches", "hidden_size", "lstm_size",
+                "sync_check_interval")
     for name in positive:
         value = getattr(config, name)
         if value is not None and value < 1:

@@ -2,7 +2,9 @@
 
 A minibatch is a set of env sequences ``[T, B]``; each is replayed from its stored
 initial LSTM state with done-masking, so the first minibatch reproduces the
-rollout's log-probs (ratio 1 up to float rounding).
+rollout's log-probs (ratio 1 up to float rounding). On W ranks each rank computes the
+gradient of its 1/W of every minibatch's sequences, and one sum per gradient step
+gives every rank the whole minibatch's gradient.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ class PPOSettings:
     norm_adv: bool
     target_kl: float | None
     autocast: bool = False  # the forward pass in bfloat16 (torch.autocast on the batch's device)
+    micro_batches: int = 1  # pieces of each rank's share of a minibatch, whose gradients add up before the sum
 
 
 @dataclass
@@ -73,20 +76,21 @@ class PendingStats:
 
 
 class FlatGradients:
-    """Every parameter's ``.grad`` as a view into one flat buffer ``[P]`` (P parameters in all).
+    """Every parameter's ``.grad`` as a view into one flat buffer ``[P + E]`` (P parameters in
+    all, then ``extra`` E values that travel with the gradients in the same collective).
 
-    Zeroing and scaling the gradients are then one operation each, where
-    ``optimizer.zero_grad`` and ``nn.utils.clip_grad_norm_`` take one per parameter
-    (docs/benchmarks.md, "Training throughput").
-    Backward accumulates into the views in place, and the optimizer reads them as
-    usual. Results are bit for bit those of ``zero_grad(set_to_none=True)`` and
-    ``clip_grad_norm_``: the norm is taken per parameter, in the same order, and the
-    same clip factor multiplies every element.
+    Zeroing, averaging across ranks and scaling the gradients are then one operation
+    each, where ``optimizer.zero_grad`` and ``nn.utils.clip_grad_norm_`` take one per
+    parameter. Backward accumulates into the views in place, and the optimizer reads
+    them as usual. Results are bit for bit those of ``zero_grad(set_to_none=True)`` and
+    ``clip_grad_norm_``: the norm is taken per parameter, in the same order, and the same
+    clip factor multiplies every element.
     """
 
-    def __init__(self, parameters: list[nn.Parameter]) -> None:
-        self.flat = torch.zeros(sum(p.numel() for p in parameters), device=parameters[0].device,
-                                dtype=parameters[0].dtype)  # [P]
+    def __init__(self, parameters: list[nn.Parameter], extra: int = 0) -> None:
+        self.size = sum(p.numel() for p in parameters)  # P
+        self.flat = torch.zeros(self.size + extra, device=parameters[0].device, dtype=parameters[0].dtype)
+        self.extra = self.flat[self.size:]  # [E]
         self.grads: list[Tensor] = []
         offset = 0
         for p in parameters:
@@ -100,7 +104,7 @@ class FlatGradients:
     def clip_norm_(self, max_norm: float) -> Tensor:
         """Scale the gradients so that their global 2-norm is at most ``max_norm``; returns the norm before."""
         total = nn.utils.get_total_norm(self.grads, 2.0, foreach=True)
-        self.flat.mul_(torch.clamp(max_norm / (total + 1e-6), max=1.0))
+        self.flat[:self.size].mul_(torch.clamp(max_norm / (total + 1e-6), max=1.0))
         return total
 
 
@@ -111,19 +115,87 @@ def explained_variance(predicted: Tensor, target: Tensor) -> Tensor:
     return torch.where(var == 0, torch.full_like(var, float("nan")), 1 - (target - predicted).var() / var)
 
 
+STEP_STATS = 6  # per gradient step: policy loss, value loss, entropy, approx-KL, clip fraction, non-finite losses
+
+
+def share(count: int, part: int, parts: int) -> slice:
+    """Part ``part`` of ``parts`` contiguous, near-equal pieces of ``range(count)`` (the first
+    ``count % parts`` pieces one longer; a piece may be empty)."""
+    base, longer = divmod(count, parts)
+    start = part * base + min(part, longer)
+    return slice(start, start + base + (part < longer))
+
+
+@dataclass
+class Minibatch:
+    """One gradient step's env sequences: ``order[envs]`` of the batch, the whole minibatch
+    ``[T, B]``, with its advantages' mean and std when they are normalised."""
+
+    order: Tensor  # [B_total] the epoch's permutation, on the CPU
+    order_on_device: Tensor  # the same on the batch's device
+    envs: slice  # the minibatch's positions in ``order``
+    advantage_moments: Optional[tuple[Tensor, Tensor]]
+
+
+def _piece_loss(agent: RecurrentActorCritic, batch: RolloutBatch, settings: PPOSettings, minibatch: Minibatch,
+                piece: slice, starts_on_host: Tensor) -> Tensor:
+    """Backward the loss of ``piece`` (positions in ``minibatch.order``) weighted by its share of
+    the minibatch's sequences, so the pieces' gradients add up to the whole minibatch's.
+    Returns its :data:`STEP_STATS` ``[6]``, weighted the same way (the count of non-finite losses unweighted)."""
+    weight = (piece.stop - piece.start) / (minibatch.envs.stop - minibatch.envs.start)
+    device = batch.obs.device
+    boundaries = sequence_boundaries(starts_on_host[:, minibatch.order[piece]])
+    mb = batch.select_envs(minibatch.order_on_device[piece])  # [T, b]
+    with torch.autocast(device.type, dtype=torch.bfloat16) if settings.autocast else nullcontext():
+        logits, values, _ = agent(mb.obs, (mb.initial_h, mb.initial_c), mb.episode_starts, boundaries)
+    logits, values = logits.float(), values.float()  # the loss in float32 (no-ops without autocast)
+    all_log_probs = logits.log_softmax(-1)  # [T, b, A]
+    new_log_probs = all_log_probs.gather(-1, mb.actions.long().unsqueeze(-1)).squeeze(-1)  # [T, b]
+    entropy = -(all_log_probs.exp() * all_log_probs).sum(-1).mean() * weight
+    log_ratio = new_log_probs - mb.log_probs
+    ratio = log_ratio.exp()
+    with torch.no_grad():
+        approx_kl = ((ratio - 1) - log_ratio).mean() * weight
+        clip_fraction = ((ratio - 1).abs() > settings.clip).float().mean() * weight
+
+    advantages = mb.advantages
+    if minibatch.advantage_moments is not None:  # the whole minibatch's, not the piece's
+        mean, std = minibatch.advantage_moments
+        advantages = (advantages - mean) / (std + 1e-8)
+    policy_loss = torch.max(
+        -advantages * ratio, -advantages * ratio.clamp(1 - settings.clip, 1 + settings.clip)
+    ).mean() * weight
+    if settings.clip_vloss:
+        clipped = mb.values + (values - mb.values).clamp(-settings.clip, settings.clip)
+        value_loss = 0.5 * torch.max((values - mb.returns) ** 2, (clipped - mb.returns) ** 2).mean() * weight
+    else:
+        value_loss = 0.5 * ((values - mb.returns) ** 2).mean() * weight
+    loss = policy_loss - settings.ent_coef * entropy + settings.vf_coef * value_loss
+    loss.backward()
+    return torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach(), approx_kl, clip_fraction,
+                        (~torch.isfinite(loss)).float()])
+
+
 def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, batch: RolloutBatch,
                settings: PPOSettings, permutation_generator: torch.Generator, comm: Comm,
                starts_on_host: Optional[Tensor] = None) -> PendingStats:
-    """Run ``epochs`` passes of minibatch PPO over ``batch`` (``[T, B_total]`` sequences).
+    """Run ``epochs`` passes of minibatch PPO over the combined ``batch`` (``[T, B_total]`` sequences).
 
-    Every rank calls this with the same combined batch and the same generator state,
-    so every rank takes identical steps. Nothing in the loop waits for the device: the
-    minibatches' episode boundaries come from ``starts_on_host`` (``batch.episode_starts``
-    on the CPU, copied once if not given), and the statistics and the finite flag
-    accumulate on the device (:class:`PendingStats`). A non-finite loss does not stop
-    the loop; the trainer undoes such an update. With ``target_kl``, the early stop is
-    decided on cross-rank means after each epoch (one collective per epoch, on every
-    rank alike), and a non-finite loss on any rank ends the epochs there.
+    Every rank calls this with the same combined batch and the same generator state, so
+    every rank draws the same minibatches. Each gradient step is sharded: rank r runs
+    forward and backward on its :func:`share` of the minibatch's sequences only (in
+    ``micro_batches`` pieces), each piece's loss weighted by its share of the minibatch,
+    and one ``comm.sum_`` adds the ranks' gradients together with the step's statistics
+    (:data:`STEP_STATS`). Every rank then holds the whole minibatch's gradient and
+    statistics, bit for bit alike, and clips and steps alike. Advantages are normalised
+    with the whole minibatch's mean and std, which every rank computes from the batch.
+
+    Nothing in the loop waits for the device but the target-KL stop: the episode
+    boundaries come from ``starts_on_host`` (``batch.episode_starts`` on the CPU, copied
+    once if not given), and the statistics and the finite flag accumulate on the device
+    (:class:`PendingStats`). A non-finite loss on any rank's share reaches every rank in
+    the step's sum; it does not stop the loop (the trainer undoes such an update) but
+    ends the epochs with ``target_kl``, whose stop is decided on the whole minibatches' KL.
     """
     num_envs = batch.num_envs
     if num_envs % settings.minibatches:
@@ -131,65 +203,43 @@ def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, ba
     device = batch.obs.device
     if starts_on_host is None:
         starts_on_host = batch.episode_starts.cpu()
-    gradients = FlatGradients(list(agent.parameters()))
+    gradients = FlatGradients(list(agent.parameters()), extra=STEP_STATS)
     sums = torch.zeros(6, device=device)  # pg, v, entropy, kl, clipfrac, count
     finite = torch.ones((), dtype=torch.bool, device=device)  # every loss so far was finite
+    count = torch.ones(1, device=device)
+    size = num_envs // settings.minibatches  # sequences in a minibatch
     epochs_run = 0
     for _ in range(settings.epochs):
         order = torch.randperm(num_envs, generator=permutation_generator)  # on the CPU, like the generator
         # a copy from pageable memory would wait for the GPU: from pinned memory it does not
         order_on_device = order.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else order
         epoch_kl = torch.zeros((), device=device)
-        minibatch = num_envs // settings.minibatches
-        for first in range(0, num_envs, minibatch):
-            envs = order_on_device[first:first + minibatch]  # [B / M] env indices
-            boundaries = sequence_boundaries(starts_on_host[:, order[first:first + minibatch]])
-            mb = batch.select_envs(envs)
-            with torch.autocast(device.type, dtype=torch.bfloat16) if settings.autocast else nullcontext():
-                logits, values, _ = agent(mb.obs, (mb.initial_h, mb.initial_c), mb.episode_starts, boundaries)
-            logits, values = logits.float(), values.float()  # the loss in float32 (no-ops without autocast)
-            all_log_probs = logits.log_softmax(-1)  # [T, B/M, A]
-            new_log_probs = all_log_probs.gather(-1, mb.actions.long().unsqueeze(-1)).squeeze(-1)  # [T, B/M]
-            entropy = -(all_log_probs.exp() * all_log_probs).sum(-1).mean()
-            log_ratio = new_log_probs - mb.log_probs
-            ratio = log_ratio.exp()
-            with torch.no_grad():
-                approx_kl = ((ratio - 1) - log_ratio).mean()
-                clip_fraction = ((ratio - 1).abs() > settings.clip).float().mean()
-
-            advantages = mb.advantages
+        for first in range(0, num_envs, size):
+            envs = slice(first, first + size)
+            moments = None
             if settings.norm_adv:
-                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-            policy_loss = torch.max(
-                -advantages * ratio, -advantages * ratio.clamp(1 - settings.clip, 1 + settings.clip)
-            ).mean()
-            if settings.clip_vloss:
-                clipped = mb.values + (values - mb.values).clamp(-settings.clip, settings.clip)
-                value_loss = 0.5 * torch.max((values - mb.returns) ** 2, (clipped - mb.returns) ** 2).mean()
-            else:
-                value_loss = 0.5 * ((values - mb.returns) ** 2).mean()
-            loss = policy_loss - settings.ent_coef * entropy + settings.vf_coef * value_loss
-
-            finite = finite & torch.isfinite(loss)
+                advantages = batch.advantages[:, order_on_device[envs]]  # [T, B] the whole minibatch's
+                moments = advantages.mean(), advantages.std()
+            minibatch = Minibatch(order, order_on_device, envs, moments)
+            mine = share(size, comm.rank, comm.world_size)
             gradients.zero_()
-            loss.backward()
+            for k in range(settings.micro_batches):
+                piece = share(mine.stop - mine.start, k, settings.micro_batches)
+                if piece.stop > piece.start:
+                    at = first + mine.start
+                    gradients.extra.add_(_piece_loss(agent, batch, settings, minibatch,
+                                                     slice(at + piece.start, at + piece.stop), starts_on_host))
+            comm.sum_(gradients.flat)  # [P + 6]: the minibatch's gradient and statistics on every rank
+            step_stats = torch.cat([gradients.extra[:5], count])
+            finite = finite & (gradients.extra[5] == 0)
             gradients.clip_norm_(settings.max_grad_norm)
             optimizer.step()
-            step_stats = torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach(),
-                                      approx_kl, clip_fraction, torch.ones((), device=device)])
             sums += torch.where(finite, step_stats, torch.zeros_like(step_stats))
-            epoch_kl = torch.maximum(epoch_kl, approx_kl)
+            epoch_kl = torch.maximum(epoch_kl, step_stats[3])
         epochs_run += 1
         if settings.target_kl is None:
             continue
-        # With a KL target, one collective per epoch on every rank, whatever happened
-        # locally: the stop is decided on the cross-rank mean, and no rank can leave the
-        # loop while another waits for it.
-        kl_mean, any_bad = comm.mean(torch.stack([epoch_kl, (~finite).float()])).tolist()
-        if any_bad > 0:
-            finite = torch.zeros_like(finite)
-            break
-        if kl_mean > settings.target_kl:
+        if not bool(finite) or float(epoch_kl) > settings.target_kl:  # alike on every rank
             break
 
     ev = explained_variance(batch.values.flatten(), batch.returns.flatten())

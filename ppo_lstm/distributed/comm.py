@@ -46,6 +46,9 @@ class Comm(Protocol):
     def sum(self, tensor: Tensor) -> Tensor:
         """Elementwise sum of ``tensor`` over ranks."""
 
+    def sum_(self, tensor: Tensor) -> None:
+        """Overwrite ``tensor`` in place with its elementwise sum over ranks (the same bits on every rank)."""
+
     def gather_objects(self, obj: Any) -> list[Any]:
         """Every rank's picklable ``obj``, in rank order, on every rank."""
 
@@ -70,6 +73,9 @@ class LocalComm:
 
     def sum(self, tensor: Tensor) -> Tensor:
         return tensor
+
+    def sum_(self, tensor: Tensor) -> None:
+        pass
 
     def gather_objects(self, obj: Any) -> list[Any]:
         return [obj]
@@ -160,6 +166,14 @@ class TorchComm:
         total = self._wire(tensor, copy=True)
         self._run("all_reduce", total, spin=True)  # the default op: SUM
         return total.to(tensor.device)
+
+    def sum_(self, tensor: Tensor) -> None:
+        if tensor.device == self.device and tensor.is_contiguous():
+            self._run("all_reduce", tensor.detach(), spin=True)  # in place, no copy
+        else:
+            total = self.sum(tensor)
+            with torch.no_grad():
+                tensor.copy_(total)
 
     def mean(self, tensor: Tensor) -> Tensor:
         return self.sum(tensor) / self.world_size

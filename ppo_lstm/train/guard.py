@@ -15,7 +15,9 @@ from torch import Tensor
 
 from ..algo.agent import RecurrentActorCritic, sequence_boundaries
 from ..algo.buffer import RolloutBatch
+from ..algo.ppo import share
 from ..algo.rollout import NON_FINITE_ADVICE
+from ..distributed import Comm
 from ..errors import TrainingError
 from ..rundir.logger import NullLogger, RunLogger
 
@@ -23,16 +25,22 @@ MAX_BAD_UPDATES = 3
 Snapshot = tuple[list[Tensor], dict]  # the parameters and the optimizer's per-parameter state
 
 
-def outputs_finite(agent: RecurrentActorCritic, batch: RolloutBatch, starts_on_host: Tensor) -> Tensor:
+def outputs_finite(agent: RecurrentActorCritic, batch: RolloutBatch, starts_on_host: Tensor, comm: Comm) -> Tensor:
     """Whether the weights and the agent's outputs on ``batch`` ``[T, N*W]`` are all finite,
-    as a 0-dim bool tensor on the agent's device (huge but finite weights can still give
-    inf/nan outputs, and crash the next rollout). ``starts_on_host``: the batch's
-    episode starts ``[T, N*W]`` on the host."""
+    as a 0-dim bool tensor on the agent's device, the same on every rank (huge but finite
+    weights can still give inf/nan outputs, and crash the next rollout). Each rank checks
+    its :func:`~ppo_lstm.algo.ppo.share` of the sequences, and one sum of the ranks' flags
+    gives the verdict. ``starts_on_host``: the batch's episode starts ``[T, N*W]`` on the host."""
+    mine = share(batch.num_envs, comm.rank, comm.world_size)
+    part = batch.map(lambda _, t: t[:, mine])  # [T, N*W / W]
     with torch.no_grad():
         params = torch.cat([p.detach().reshape(-1) for p in agent.parameters()])
-        logits, values, _ = agent(batch.obs, (batch.initial_h, batch.initial_c), batch.episode_starts,
-                                  sequence_boundaries(starts_on_host))
-        return torch.isfinite(params).all() & torch.isfinite(logits).all() & torch.isfinite(values).all()
+        logits, values, _ = agent(part.obs, (part.initial_h, part.initial_c), part.episode_starts,
+                                  sequence_boundaries(starts_on_host[:, mine]))
+        ok = torch.isfinite(params).all() & torch.isfinite(logits).all() & torch.isfinite(values).all()
+    if comm.world_size == 1:
+        return ok
+    return comm.sum((~ok).float().view(1))[0] == 0
 
 
 class UpdateGuard:

@@ -2,11 +2,12 @@
 rollout, exchange it (with what the ranks must agree on) across ranks, update, log,
 checkpoint.
 
-Shapes: T rollout steps per env, N envs on this worker, W workers. Every rank runs
-the identical update on the gathered ``[T, N*W]`` batch, so parameters stay equal
-without a broadcast, and every rank reaches the same verdict on a non-finite update
-without asking the others; the sync check every ``--sync-check-interval`` updates
-repairs any drift from rank 0.
+Shapes: T rollout steps per env, N envs on this worker, W workers. Every rank holds
+the gathered ``[T, N*W]`` batch and draws the same minibatches; each computes the
+gradient of its share of every minibatch, and one sum per gradient step gives every
+rank the same gradient, so parameters stay equal without a broadcast. The check of a
+non-finite update is shared the same way, so every rank reaches the same verdict; the
+sync check every ``--sync-check-interval`` updates repairs any drift from rank 0.
 """
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ class Trainer:
         self.steps = steps_per_env(config, self.world_size)
         self.settings = PPOSettings(config.clip, config.epochs, minibatches(config, self.world_size), config.ent_coef,
                                     config.vf_coef, config.max_grad_norm, config.clip_vloss, config.norm_adv,
-                                    config.target_kl, config.autocast == "bf16")
+                                    config.target_kl, config.autocast == "bf16", config.micro_batches)
         if config.autocast == "bf16":
             require_bf16(self.device)
         self.total_updates_estimate = total_updates(config, self.world_size)
@@ -250,7 +251,7 @@ class Trainer:
         starts_on_host = batch.episode_starts.cpu()  # [T, N*W]: the update's one device -> host copy before the end
         pending = ppo_update(self.agent, self.optimizer, batch, self.settings, self.permutation_generator, self.comm,
                              starts_on_host)
-        outputs_ok = outputs_finite(self.agent, batch, starts_on_host)
+        outputs_ok = outputs_finite(self.agent, batch, starts_on_host, self.comm)
         row = torch.cat([pending.row, outputs_ok.float().view(1)]).tolist()  # stats and verdict in one copy
         stats = UpdateStats.from_row(row[:-1], pending.epochs_run)
         self.state.update += 1

@@ -17,12 +17,15 @@ from ppo_lstm.algo.rollout import RolloutCollector
 class PerParameterGradients:
     """The reference: ``zero_grad(set_to_none=True)`` and ``nn.utils.clip_grad_norm_``."""
 
-    def __init__(self, parameters):
+    def __init__(self, parameters, extra=0):
         self.parameters = parameters
+        self.extra = torch.zeros(extra)
+        self.flat = self.extra  # one process: the sum across ranks leaves it as it is
 
     def zero_(self):
         for p in self.parameters:
             p.grad = None
+        self.extra.zero_()
 
     def clip_norm_(self, max_norm):
         return nn.utils.clip_grad_norm_(self.parameters, max_norm)

@@ -7,7 +7,7 @@ import pytest
 
 from ppo_lstm.batch_rule import (BASE_RATES, DEFAULT_RATE_CAP, SAVED_RATE_CAP, describe_batch, learning_rates,
                                  minibatches, rate_scale, rule_minibatches, rule_steps, steps_per_env, update_batch)
-from ppo_lstm.config import TrainConfig, config_from_args, validate
+from ppo_lstm.config import TrainConfig, parse_command_line, validate
 from ppo_lstm.errors import UsageError
 
 
@@ -98,10 +98,10 @@ def test_a_checkpoint_saved_with_4_minibatches_resumes_with_them_and_its_rates()
 
 
 def test_rate_cap_sets_the_cap_and_leaves_given_rates_alone():
-    assert rate_scale(config_from_args(["--num-envs", "512", "--rate-cap", "8"])) == pytest.approx(8.0)
-    assert rate_scale(config_from_args(["--num-envs", "4096", "--rate-cap", "8"])) == pytest.approx(8.0)
-    assert rate_scale(config_from_args(["--num-envs", "64", "--rate-cap", "2"])) == pytest.approx(2.0)
-    given = config_from_args(["--num-envs", "512", "--rate-cap", "2", "--learning-rate-actor", "0.002"])
+    assert rate_scale(parse_command_line(["--num-envs", "512", "--rate-cap", "8"]).config) == pytest.approx(8.0)
+    assert rate_scale(parse_command_line(["--num-envs", "4096", "--rate-cap", "8"]).config) == pytest.approx(8.0)
+    assert rate_scale(parse_command_line(["--num-envs", "64", "--rate-cap", "2"]).config) == pytest.approx(2.0)
+    given = parse_command_line(["--num-envs", "512", "--rate-cap", "2", "--learning-rate-actor", "0.002"]).config
     assert learning_rates(given) == pytest.approx((0.002, 2e-3))
     with pytest.raises(UsageError, match="--rate-cap must be > 0"):
         validate(dataclasses.replace(TrainConfig(), rate_cap=0.0))
@@ -125,9 +125,9 @@ def test_an_explicit_update_interval_sets_the_batch_and_the_rates_follow_it():
 
 
 def test_a_given_rate_is_used_as_it_is_and_the_other_follows_the_rule():
-    both = config_from_args(["--num-envs", "64", "--learning-rate-actor", "1e-4", "--learning-rate-critic", "5e-4"])
+    both = parse_command_line(["--num-envs", "64", "--learning-rate-actor", "1e-4", "--learning-rate-critic", "5e-4"]).config
     assert learning_rates(both, 4) == (1e-4, 5e-4)
-    actor_only = config_from_args(["--num-envs", "64", "--learning-rate-actor", "1e-4"])
+    actor_only = parse_command_line(["--num-envs", "64", "--learning-rate-actor", "1e-4"]).config
     assert learning_rates(actor_only, 1) == pytest.approx((1e-4, 1e-3 * math.sqrt(8)))
     from ppo_lstm.train.build import build_agent, build_optimizer
     optimizer = build_optimizer(actor_only, build_agent(actor_only), world_size=1)
@@ -169,7 +169,7 @@ def test_a_run_that_trains_far_more_episodes_than_asked_says_so():
 
 
 def test_rates_left_to_the_rule_are_saved_as_such_and_come_back_equal():
-    config = config_from_args(["--num-envs", "32"])
+    config = parse_command_line(["--num-envs", "32"]).config
     assert config.learning_rate_actor is None and config.update_interval is None
     restored = TrainConfig.from_dict(config.to_dict())
     assert restored == config and learning_rates(restored, 2) == learning_rates(config, 2)

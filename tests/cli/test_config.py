@@ -5,7 +5,7 @@ import pytest
 
 from envs.config import EnvConfig
 from ppo_lstm.batch_rule import steps_per_env
-from ppo_lstm.config import TrainConfig, build_parser, config_from_args, validate
+from ppo_lstm.config import TrainConfig, build_parser, parse_command_line, validate
 from ppo_lstm.distributed import episode_share, remaining_episode_shares, trades_history
 from ppo_lstm.errors import UsageError
 
@@ -23,12 +23,12 @@ def test_every_field_is_a_flag_with_its_default_in_help():
 
 
 def test_defaults_come_from_the_dataclass():
-    assert config_from_args([]) == TrainConfig()
+    assert parse_command_line([]).config == TrainConfig()
 
 
 def test_flags_parse_into_nested_config():
-    c = config_from_args(["--episodes", "7", "--no-short", "--market", "regime", "--num-workers", "3",
-                          "--no-clip-vloss", "--target-kl", "0.02", "--fee-bps", "2.5"])
+    c = parse_command_line(["--episodes", "7", "--no-short", "--market", "regime", "--num-workers", "3",
+                            "--no-clip-vloss", "--target-kl", "0.02", "--fee-bps", "2.5"]).config
     assert (c.episodes, c.num_workers, c.clip_vloss, c.target_kl) == (7, 3, False, 0.02)
     assert (c.env.no_short, c.env.market, c.env.fee_bps) == (True, "regime", 2.5)
     assert TrainConfig.from_dict(c.to_dict()) == c
@@ -36,7 +36,7 @@ def test_flags_parse_into_nested_config():
 
 def test_bad_flag_is_one_line_exit_2(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        config_from_args(["--market", "moon"])
+        parse_command_line(["--market", "moon"]).config
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "moon" in err

@@ -45,14 +45,14 @@ def test_non_finite_updates_are_skipped_and_never_checkpointed(cwd):
 
 def test_poisoned_batch_update_is_undone(tmp_path, monkeypatch):
     """In-process: a NaN in the batch -> update skipped, weights and optimizer restored; 3rd in a row raises."""
-    from ppo_lstm.config import config_from_args
+    from ppo_lstm.config import parse_command_line
     from ppo_lstm.distributed import LocalComm, Worker
     from ppo_lstm.train.shutdown import StopRequest
     from ppo_lstm.errors import TrainingError
     from ppo_lstm.train.trainer import Trainer
 
     monkeypatch.chdir(tmp_path)
-    config = config_from_args([*TINY, "--episodes", "8"])
+    config = parse_command_line([*TINY, "--episodes", "8"]).config
     trainer = Trainer(config, Worker(LocalComm(), 0, torch.device("cpu")), None, StopRequest())
     try:
         trainer.rollout.collect(trainer.state.update)

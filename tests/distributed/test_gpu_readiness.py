@@ -291,7 +291,7 @@ def test_checkpoints_hold_only_cpu_tensors(finished_run):
 VERDICT_SCRIPT = """
 import sys
 from ppo_lstm.train import trainer
-from ppo_lstm.config import config_from_args
+from ppo_lstm.config import parse_command_line
 from ppo_lstm.distributed import launch
 from ppo_lstm.train.worker import train_worker
 
@@ -304,16 +304,17 @@ def update(self, batch):
     return original(self, batch)
 
 trainer.Trainer._update = update
-config = config_from_args(sys.argv[1:])
+config = parse_command_line(sys.argv[1:]).config
 sys.exit(launch(config, "cpu", train_worker))
 """
 
 
 @pytest.mark.e2e
 def test_a_non_finite_verdict_of_one_rank_is_acted_on_by_every_rank(tmp_path):
-    """Two real gloo workers; only rank 1 finds update 3 non-finite (a NaN in its copy of the
-    batch). The next exchange tells rank 0, which undoes it too: both ranks end bitwise
-    equal without a sync check, and the warning names rank 1."""
+    """Two real gloo workers; only rank 1's copy of the batch holds a NaN at update 3. Its
+    share's loss reaches rank 0 through the gradient step's sum, so both ranks find the
+    update non-finite and undo it: both end bitwise equal without a sync check, and the
+    warning names both ranks."""
     (tmp_path / "verdict.py").write_text(VERDICT_SCRIPT)
     dump = tmp_path / "dump"
     dump.mkdir()
@@ -321,7 +322,8 @@ def test_a_non_finite_verdict_of_one_rank_is_acted_on_by_every_rank(tmp_path):
                      "--sync-check-interval", "1000", "--checkpoint-interval", "1000",
                      launcher=[sys.executable, "verdict.py"], env={"PPO_LSTM_DUMP_FINAL_DIR": str(dump)})
     assert result.returncode == 0, result.output
-    assert "warning: update 3 gave non-finite losses or parameters on rank 1; skipped (1 in a row)" in result.stdout
+    assert "warning: update 3 gave non-finite losses or parameters on ranks 0, 1; skipped (1 in a row)" \
+        in result.stdout
     assert result.output.count("non-finite") == 1 and "diverged" not in result.output
     rank0, rank1 = (torch.load(dump / f"rank{r}_final.pt", weights_only=True) for r in (0, 1))
     assert_models_equal(rank0["model"], rank1["model"])

@@ -11,7 +11,7 @@ import yaml
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
-from ppo_lstm.config import config_from_args
+from ppo_lstm.config import parse_command_line as parse_training_command_line
 from ppo_lstm.tune.config import parse_command_line
 from ppo_lstm.tune.report import report_lines, run_settings
 from ppo_lstm.tune.storage import SETTINGS_ATTR, SPAN_ATTR
@@ -52,5 +52,5 @@ def test_the_report_shows_buy_and_hold_beside_each_score_and_says_it_is_a_select
     values = yaml.safe_load(best.read_text())
     assert values["tuned-span"] == SPAN and values["data-start"] is None and values["data-end"] is None
     assert values["clip"] == 0.2
-    config = config_from_args(["--config", str(best)])  # the training command skips tuned-span
+    config = parse_training_command_line(["--config", str(best)]).config  # the training command skips tuned-span
     assert config.clip == 0.2 and config.data_end is None
