@@ -27,7 +27,7 @@ from ..config import TrainConfig
 from ..errors import EXIT_USAGE, OneLineParser, UsageError, one_line
 from ..rundir.checkpoint import CheckpointError, atomic_write_bytes
 from .onnx_model import INPUTS, OUTPUTS, metadata
-from .policy import checkpoint_fingerprint
+from .torch_step import checkpoint_fingerprint
 
 OPSET = 17
 

@@ -37,8 +37,8 @@ from envs.data.features import FEATURE_CLIP, STD_FLOOR_ABS, STD_FLOOR_REL
 from envs.ema_deviation import EMA_CLIP
 from envs.observation import RMS_FLOOR, RETURN_CLIP, UPNL_CLIP, UPNL_SCALE
 
-from ..config import as_this_version
 from ..errors import UsageError, one_line
+from .saved_env import env_as_this_version
 from .spec import PolicySpec, env_settings
 
 MODEL_FORMAT = "ppo-lstm-trader recurrent step"
@@ -118,7 +118,7 @@ def spec_of(meta: dict[str, str], source: str) -> PolicySpec:
     saved = json.loads(meta["env"])
     if not isinstance(saved, dict):
         raise ValueError("its env is not a JSON object")
-    saved = as_this_version({"env": saved})["env"]
+    saved = env_as_this_version(saved)
     names = {f.name for f in fields(EnvConfig)}
     env = EnvConfig(**{k: v for k, v in saved.items() if k in names})
     env.validate()

@@ -42,7 +42,8 @@ rolling z-scores by ``envs.data.features.feature_zscores`` on the last ``--featu
 (the rule of ``FeatureNormaliser``: bit for bit the values of the whole file), and the EMA
 deviations by ``envs.ema_deviation.EmaLevels`` with the RMS of ``envs.observation.rolling_rms``
 on the last ``window + 1`` closes (bit for bit the historical market's). The network
-step is the agent's own ``step`` (``TorchStep``) or the exported ONNX step (``ppo_lstm.deploy.onnx_model``).
+step is the agent's own ``step`` (``TorchStep``, ``torch_step.py``) or the exported ONNX step
+(``ppo_lstm.deploy.onnx_model``); this module imports no torch, so the ONNX route runs without it.
 
 State: ``state_dict()`` is plain JSON data (numbers, strings, lists; floats written
 with ``repr`` round-trip exactly); ``save_state``/``load_state`` write and read it as a
@@ -63,26 +64,30 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 import pandas as pd
-import torch
 
 from envs.config import EnvConfig
 from envs.data import MarketData
 from envs.observation import Observer
 
-from ..algo.agent import RecurrentActorCritic
 from ..errors import UsageError, one_line
 from .bars import (FeatureValues, Source, as_market_data, bar_time_ns, bar_values, check_after, feature_row,
                    features_of, parse_start, with_costs)
 from .book import PaperBook
 from .decision import Decision
-from .spec import PolicySpec, StepFn, TorchStep, checkpoint_fingerprint, checkpoint_step
+from .readouts import StreamReadouts
+from .spec import PolicySpec, StepFn
 from .state import (STATE_FORMAT, STATE_VERSION, BarChain, bar_records, chain_digest, check_owner, check_seal,
                     check_state, policy_entry, read_state_file, seal, write_state_file)
 from .windows import EmaWindow, FeatureWindow, ReturnWindow, feature_constants
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..algo.agent import RecurrentActorCritic
 
 __all__ = [  # the names importable from here: the class, and those its callers import from this module
     "TradingPolicy", "Decision", "PolicySpec", "StepFn", "TorchStep", "checkpoint_fingerprint", "Source",
@@ -92,63 +97,14 @@ __all__ = [  # the names importable from here: the class, and those its callers 
 _NS = np.dtype("datetime64[ns]")
 
 
-class StreamReadouts:
-    """What a caller reads of a stream (``TradingPolicy``'s base): its decision, bars and book."""
+def __getattr__(name: str) -> Any:
+    """``TorchStep`` and ``checkpoint_fingerprint`` (``torch_step.py``), imported with torch on first use:
+    this module imports no torch, so the ONNX route runs without it."""
+    if name in ("TorchStep", "checkpoint_fingerprint"):
+        from . import torch_step
 
-    spec: PolicySpec
-    _chain: BarChain
-    _book: PaperBook
-    _features: FeatureWindow
-    _decision: Optional[Decision]
-    _opened_ns: Optional[int]
-
-    @property
-    def decision(self) -> Optional[Decision]:
-        """The latest decision (None while warming up)."""
-        return self._decision
-
-    @property
-    def bars(self) -> int:
-        """Bars consumed."""
-        return self._chain.bars
-
-    @property
-    def bars_from_start(self) -> int:
-        """Bars consumed at or after ``start`` (decisions begin at the first of them, once
-        ``window + 1`` bars are consumed in all)."""
-        return self._chain.since_start
-
-    @property
-    def last_time(self) -> Optional[pd.Timestamp]:
-        """Time of the last bar consumed."""
-        return self._chain.last_time
-
-    @property
-    def start(self) -> Optional[pd.Timestamp]:
-        """The ``start`` this stream was begun with (None: from the first bar)."""
-        return None if self._chain.start_ns is None else pd.Timestamp(self._chain.start_ns)
-
-    @property
-    def opened_at(self) -> Optional[pd.Timestamp]:
-        """The first decision bar: the account opened at its close (None while warming up)."""
-        return None if self._opened_ns is None else pd.Timestamp(self._opened_ns)
-
-    def undefined_features(self) -> list[str]:
-        """The feature columns without a value at the last bar consumed (their warm-up): no
-        decision is taken while there are any."""
-        if not self._chain.bars:
-            return list(self.spec.features)
-        return self._features.undefined()
-
-    @property
-    def position(self) -> int:
-        """Lots held now (0 before the first decision)."""
-        return self._book.position
-
-    @property
-    def equity(self) -> Optional[float]:
-        """The paper account's equity at the last close (None before the first decision)."""
-        return self._book.equity
+        return getattr(torch_step, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class TradingPolicy(StreamReadouts):
@@ -183,8 +139,11 @@ class TradingPolicy(StreamReadouts):
         """The policy of a checkpoint file or directory (as ``evaluate-ppo-lstm --checkpoint``).
 
         ``fee_bps``/``slippage_bps`` override the checkpoint's costs (the book and so the
-        observation's PnL feature use them). UsageError (one line) for an unusable file.
+        observation's PnL feature use them). UsageError (one line) for an unusable file. torch is
+        imported here, on first use, not by this module.
         """
+        from .torch_step import checkpoint_step
+
         spec, step = checkpoint_step(checkpoint, device)
         return cls(spec, step, with_costs(spec.env, fee_bps, slippage_bps))
 
@@ -201,6 +160,8 @@ class TradingPolicy(StreamReadouts):
     def from_agent(cls, agent: RecurrentActorCritic, env: EnvConfig, device: torch.device | str = "cpu",
                    fingerprint: str = "") -> "TradingPolicy":
         """An agent in memory with its training env settings."""
+        from .torch_step import TorchStep
+
         spec = PolicySpec(env=env, lstm_size=agent.lstm_size, fingerprint=fingerprint, source="agent",
                           features=env.feature_names)
         return cls(spec, TorchStep(agent, device))
@@ -321,10 +282,12 @@ class TradingPolicy(StreamReadouts):
 
     # ------------------------------------------------------------------ state
 
-    def state_dict(self) -> dict[str, Any]:
-        """The stream's whole state as plain JSON data (see the module docstring)."""
+    def state_dict(self, extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+        """The stream's whole state as plain JSON data (see the module docstring). ``extra``: entries of a
+        caller's own (keys the state does not use), kept beside the stream's and covered by the seal."""
         chain, book = self._chain, self._book
         return seal({
+            **(extra or {}),
             "format": STATE_FORMAT, "version": STATE_VERSION,
             "policy": policy_entry(self.spec, self.env), **chain.state(), **self._returns.state(),
             "opened": book.opened, "ledger": book.ledger_state(),

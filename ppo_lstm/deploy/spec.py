@@ -1,25 +1,21 @@
-"""What a stream needs of a trained policy: ``PolicySpec``, its fingerprint, and the network step.
+"""What a stream needs of a trained policy: ``PolicySpec``, the settings it records, and the step's type.
 
-``StepFn`` is one step of the network for one env; ``TorchStep`` is the agent's own
-(``RecurrentActorCritic.step``), ``ppo_lstm.deploy.onnx_model.OnnxStep`` the exported graph's.
+``StepFn`` is one step of the network for one env; ``ppo_lstm.deploy.torch_step.TorchStep`` is the
+agent's own (``RecurrentActorCritic.step``), ``ppo_lstm.deploy.onnx_model.OnnxStep`` the exported
+graph's. This module imports no torch (the ONNX route runs without it); ``checkpoint_fingerprint``,
+``TorchStep`` and ``checkpoint_step`` live in ``torch_step.py`` and are importable from here too
+(loaded, with torch, on first use).
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass
-import os
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import torch
 
 from envs.config import EnvConfig
 from envs.data.features import SAVED_FEATURE_WINDOW
 
-from ..algo.agent import RecurrentActorCritic
-from ..config import TrainConfig
 from ..errors import UsageError
 
 # (obs [1, D] float32, h [1, H], c [1, H]) -> (logits [A] float32, value, h' [1, H], c' [1, H])
@@ -79,43 +75,13 @@ def env_settings(env: EnvConfig) -> dict[str, Any]:
     return settings
 
 
-def checkpoint_fingerprint(agent: RecurrentActorCritic, config: TrainConfig) -> str:
-    """SHA-256 (hex) of the agent's weights and the checkpoint's network and env settings."""
-    digest = hashlib.sha256()
-    settings = {"env": env_settings(config.env), "hidden_size": config.hidden_size, "lstm_size": config.lstm_size}
-    digest.update(json.dumps(settings, sort_keys=True).encode())
-    for name, tensor in sorted(agent.state_dict().items()):
-        value = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}:{value.dtype}:{tuple(value.shape)}".encode())
-        digest.update(value.numpy().tobytes())
-    return digest.hexdigest()
+_TORCH_NAMES = ("checkpoint_fingerprint", "TorchStep", "checkpoint_step")
 
 
-class TorchStep:
-    """The agent's :meth:`RecurrentActorCritic.step` for one env: the call the backtest makes."""
+def __getattr__(name: str) -> Any:
+    """The torch-bound names of ``torch_step.py``, imported (with torch) on first use."""
+    if name in _TORCH_NAMES:
+        from . import torch_step
 
-    def __init__(self, agent: RecurrentActorCritic, device: torch.device | str = "cpu") -> None:
-        self.agent, self.device = agent, torch.device(device)
-        self.starts = torch.zeros(1, device=self.device)  # the state is zeroed by the caller, not here
-
-    def __call__(self, obs: np.ndarray, h: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, float, np.ndarray,
-                                                                               np.ndarray]:
-        dev = self.device
-        with torch.inference_mode():
-            state = (torch.from_numpy(h)[None].to(dev), torch.from_numpy(c)[None].to(dev))  # [1, 1, H]
-            logits, value, (h2, c2) = self.agent.step(torch.from_numpy(obs).to(dev), state, self.starts)
-            return logits[0].cpu().numpy(), float(value[0]), h2[0].cpu().numpy(), c2[0].cpu().numpy()
-
-
-def checkpoint_step(checkpoint: str | os.PathLike, device: torch.device | str = "cpu"
-                    ) -> tuple[PolicySpec, TorchStep]:
-    """The spec and network step of a checkpoint file or directory (as ``evaluate-ppo-lstm
-    --checkpoint``); UsageError (one line) for an unusable file."""
-    from ..evaluation.cli import checkpoint_file, load_policy  # evaluate imports much; only the loader is needed
-
-    path = checkpoint_file(Path(checkpoint))
-    agent, config = load_policy(path, device)
-    spec = PolicySpec(env=config.env, lstm_size=config.lstm_size,
-                      fingerprint=checkpoint_fingerprint(agent, config), backend="checkpoint", source=str(path),
-                      features=config.env.feature_names)
-    return spec, TorchStep(agent, device)
+        return getattr(torch_step, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

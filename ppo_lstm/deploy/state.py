@@ -28,8 +28,7 @@ from envs.config import EnvConfig
 from envs.data import MarketData
 
 from ..errors import UsageError, one_line
-from ..rundir.checkpoint import CheckpointError, atomic_write_bytes
-from ..rundir.lock import waiting_lock
+from .files import atomic_write, waiting_lock
 from .bars import features_of
 from .spec import PolicySpec, env_settings
 
@@ -199,15 +198,20 @@ def check_owner(saved: Any, spec: PolicySpec, env: EnvConfig) -> None:
                          f"--slippage-bps, or start a new state")
 
 
-def write_state_file(path: str | os.PathLike, state: dict[str, Any]) -> None:
-    """Write ``state`` to ``path`` as JSON, atomically (a temp file renamed over it)."""
+def state_text(state: dict[str, Any]) -> bytes:
+    """A state as the bytes of its file: compact JSON and a newline (NaN and Infinity refused)."""
+    return (json.dumps(state, allow_nan=False, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def write_state_file(path: str | os.PathLike, state: dict[str, Any], fsync: bool = True) -> None:
+    """Write ``state`` to ``path`` as JSON, atomically (a temp file renamed over it; with ``fsync``, on disk
+    before this returns)."""
     path = Path(path)
-    text = json.dumps(state, allow_nan=False, separators=(",", ":")) + "\n"
     try:
-        atomic_write_bytes(path, lambda handle: handle.write(text.encode("utf-8")),
-                           "check that its directory exists and is writable")
-    except CheckpointError as err:
-        raise UsageError(f"the state file: {err}") from None
+        atomic_write(path, state_text(state), fsync)
+    except OSError as err:
+        raise UsageError(f"the state file: could not write {path}: {err.strerror or err}; check that its "
+                         f"directory exists and is writable") from None
 
 
 def state_lock(path: str | os.PathLike) -> Any:

@@ -21,7 +21,8 @@ from envs.observation import rolling_rms
 from ppo_lstm import TradingPolicy
 from ppo_lstm.algo.agent import RecurrentActorCritic
 from ppo_lstm.config import TrainConfig
-from ppo_lstm.deploy.spec import PolicySpec, TorchStep, checkpoint_fingerprint
+from ppo_lstm.deploy.spec import PolicySpec
+from ppo_lstm.deploy.torch_step import TorchStep, checkpoint_fingerprint
 from ppo_lstm.deploy.state import seal
 from ppo_lstm.errors import UsageError
 from ppo_lstm.evaluation.backtest import backtest_history

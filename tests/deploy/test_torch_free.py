@@ -1,0 +1,83 @@
+"""The ONNX route imports no torch: ``predict-ppo-lstm --model`` (with a --state) and ``TradingPolicy.from_onnx``
+(bars, a fill, a saved and loaded state, the state lock) run in a fresh child process whose ``sys.modules``
+holds neither torch nor any module of this project that imports it; and the torch-free reading of an ONNX
+model's saved env settings agrees with ``ppo_lstm.config``'s."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+
+from conftest import ROOT, env_for_child  # noqa: E402
+from deploy_fixtures import featured_run  # noqa: E402
+from ppo_lstm.config import as_this_version  # noqa: E402
+from ppo_lstm.deploy import export_onnx  # noqa: E402
+from ppo_lstm.deploy.saved_env import env_as_this_version  # noqa: E402
+
+CHILD = r"""
+import json, math, sys
+import pandas as pd
+from ppo_lstm.deploy.predict import main
+from ppo_lstm.deploy.policy import TradingPolicy
+from ppo_lstm.deploy.state import state_lock
+
+model, data, state = sys.argv[1:4]
+codes = [main(["--model", model, "--data", data, "--json", "--state", state]),
+         main(["--model", model, "--data", data, "--json", "--state", state])]  # the second reads it back
+policy = TradingPolicy.from_onnx(model)
+frame = pd.read_csv(data)
+decisions = 0
+for row in frame.itertuples():
+    features = {"Vol_Z": None if math.isnan(row.Vol_Z) else row.Vol_Z, "mom": None if math.isnan(row.mom) else row.mom}
+    decisions += policy.update(row.Date, row.Open, row.High, row.Low, row.Close, row.Volume, features) is not None
+policy.fill(frame.Open.iloc[-1], 1)
+with state_lock(state + ".lib"):
+    policy.save_state(state + ".lib")
+    policy.load_state(state + ".lib")
+bound = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.") or m in (
+    "ppo_lstm.config", "ppo_lstm.algo", "ppo_lstm.rundir.checkpoint", "ppo_lstm.deploy.torch_step",
+    "ppo_lstm.evaluation.cli"))
+print(json.dumps({"codes": codes, "decisions": decisions, "bound": bound}))
+"""
+
+
+@pytest.fixture(scope="module")
+def onnx_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The shared run trained with --features vol_z,Mom, and its model exported here."""
+    run = featured_run(tmp_path_factory)
+    model = tmp_path_factory.mktemp("torch-free") / "policy.onnx"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert export_onnx.main(["--checkpoint", str(run / "checkpoints"), "--onnx", str(model)]) == 0
+    return run, model
+
+
+@pytest.mark.e2e
+def test_the_onnx_route_imports_no_torch(onnx_run: tuple[Path, Path], tmp_path: Path) -> None:
+    run, model = onnx_run
+    done = subprocess.run([sys.executable, "-c", CHILD, str(model), str(run / "prices.csv"),
+                           str(tmp_path / "s.json")], cwd=ROOT, env=env_for_child(), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    first, second = json.loads(lines[0]), json.loads(lines[1])
+    assert first["route"] == "onnx" and first["new_bars"] == 260 and second["new_bars"] == 0
+    report = json.loads(lines[2])
+    assert report["codes"] == [0, 0] and report["decisions"] == 230  # bars 30..259: Vol_Z's warm-up first
+    assert report["bound"] == [], f"the ONNX route imported {report['bound']}"
+    assert json.loads((tmp_path / "s.json.lib").read_text())["fill"] is not None
+
+
+@pytest.mark.parametrize("env", [
+    {}, {"window": 8}, {"features": "vol_z", "feature_window": 24}, {"features": "", "feature_window": 24},
+    {"features": "rsi"}, {"ema_spans": "5,40"}, {"ema_spans": None, "features": None}, "not a dict",
+])
+def test_the_torch_free_reading_of_saved_env_settings_is_the_configs(env: object) -> None:
+    assert env_as_this_version(env) == as_this_version({"env": env})["env"]
