@@ -1,19 +1,19 @@
-"""Scaling: the same --episodes on 1 worker and on 2 gloo workers, both with default flags.
+"""Scaling: the same --episodes on 1 worker, on 1 worker with --threads 2, and on W gloo workers.
 
 Runs the real command line (``train_ppo_lstm.py``, and ``--distributed --device cpu
---num-workers 2``), one run at a time, alternating, ``--repeats`` times each. For each it
-reports the wall time and the speed-up over one worker; the training loop's own seconds
-(the run's ``Training finished ... in X s`` line) and their speed-up, which leave start-up
-and shut-down out; the seconds from the command to the first finished update (start-up:
-imports, starting the workers, rendezvous, env and model set-up);
-rank 0's share of loop time per phase (rollout, gather, update, logging, hold-out,
-checkpoints, sync check; from the run's ``Time by phase`` line); the peak RSS of each
-worker; and what it learned: the mean episode reward of the last 10 % of episodes
-(from ``metrics.csv``) and the final simulated hold-out return, so that a faster run
-that learns worse shows. Prints a table and one JSON line. ``--flags`` adds training
-flags to both runs (``--flags "--spin-ms 0"``: the waiting worker sleeps at once).
+--num-workers W``), one run at a time, the configurations interleaved, ``--repeats`` times
+each. For each it reports the wall time and the speed-up over one worker; the training
+loop's env-steps/s (the run's ``Training finished ... S env steps in X s`` line, which
+leaves start-up and shut-down out) and its speed-up; the seconds from the command to the
+first finished update (start-up: imports, starting the workers, rendezvous, env and model
+set-up); every rank's share of its loop time per phase (rollout, gather, update, logging,
+hold-out, checkpoints, sync check; from the run's ``Time by phase`` lines); the peak RSS
+of each worker; and what it learned: the mean episode reward of the last 10 % of episodes
+(from ``metrics.csv``) and the final simulated hold-out return, so that a faster run that
+learns worse shows. Prints a table and one JSON line. ``--flags`` adds training flags to
+every run (``--flags "--spin-ms 0"``: a waiting worker sleeps at once).
 
-    python bench/scaling.py [--episodes 400] [--repeats 2] [--market regime] [--flags "..."]
+    python bench/scaling.py [--episodes 400] [--repeats 2] [--workers 1,2] [--threads-row] [--flags "..."]
 """
 from __future__ import annotations
 
@@ -33,10 +33,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = str(ROOT / "train_ppo_lstm.py")
-PHASE = re.compile(r"Time by phase \(rank 0\): (.*)$", re.M)
+PHASE = re.compile(r"Time by phase \(rank (\d+)\): (.*)$", re.M)
 PEAK = re.compile(r"Peak memory per worker: (.*) MiB$", re.M)
 HOLDOUT = re.compile(r"^Holdout @ episode \d+ - Return: ([+-]?\d+\.\d+)%", re.M)
-LOOP = re.compile(r"^Training finished: .* in (\d+\.\d+)s$", re.M)
+LOOP = re.compile(r"^Training finished: .* (\d+) env steps in (\d+\.\d+)s$", re.M)
 
 
 def run_once(workers: int, episodes: int, market: str, seed: int, flags: list[str]) -> dict[str, Any]:
@@ -65,11 +65,13 @@ def run_once(workers: int, episodes: int, market: str, seed: int, flags: list[st
         if first_update is None:
             first_update = wall
         rows = _read(metrics)
-        phases = dict((name, float(share.rstrip("%"))) for name, share in
-                      (part.rsplit(" ", 1) for part in PHASE.search(output).group(1).split(", ")))
+        phases = {int(rank): dict((name, float(share.rstrip("%"))) for name, share in
+                                  (part.rsplit(" ", 1) for part in shares.split(", ")))
+                  for rank, shares in PHASE.findall(output)}
         peaks = [float(x) for x in PEAK.search(output).group(1).split(" / ")]
         holdouts = HOLDOUT.findall(output)
-        return {"workers": workers, "wall_s": wall, "loop_s": float(LOOP.search(output).group(1)),
+        steps, loop = LOOP.search(output).groups()
+        return {"workers": workers, "wall_s": wall, "loop_s": float(loop), "env_steps_per_s": int(steps) / float(loop),
                 "startup_s": first_update, "updates": len(rows),
                 "phases_pct": phases, "peak_rss_mib": peaks, "last10_reward": _last_reward(rows, episodes),
                 "holdout_return_pct": float(holdouts[-1]) if holdouts else None}
@@ -103,60 +105,68 @@ def _last_reward(rows: list[dict[str, str]], episodes: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--episodes", type=int, default=400)
-    parser.add_argument("--repeats", type=int, default=2, help="runs of each worker count (alternating)")
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each configuration (interleaved)")
+    parser.add_argument("--workers", default="1,2", help="worker counts, comma-separated (1 is always run)")
+    parser.add_argument("--threads-row", action="store_true", help="also run 1 worker with --threads 2")
     parser.add_argument("--market", default="regime")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--flags", default="", help="training flags added to both runs, in one string")
+    parser.add_argument("--flags", default="", help="training flags added to every run, in one string")
     args = parser.parse_args()
 
-    results: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
+    counts = sorted({1, *(int(w) for w in args.workers.split(","))})
+    configs = [(f"{w} worker{'s' if w > 1 else ''}", w, []) for w in counts]
+    if args.threads_row:
+        configs.insert(1, ("1 worker, --threads 2", 1, ["--threads", "2"]))
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in configs}
     for _ in range(args.repeats):
-        for workers in (1, 2):
-            results[workers].append(run_once(workers, args.episodes, args.market, args.seed,
-                                             shlex.split(args.flags)))
+        for name, workers, extra in configs:
+            results[name].append(run_once(workers, args.episodes, args.market, args.seed,
+                                          [*shlex.split(args.flags), *extra]))
 
-    def median(workers: int, key: str) -> float:
-        return statistics.median(r[key] for r in results[workers])
-
-    summary = {}
-    for workers in (1, 2):
-        runs = results[workers]
-        phases = {p: statistics.median(r["phases_pct"].get(p, 0.0) for r in runs) for p in runs[0]["phases_pct"]}
-        summary[workers] = {
-            "wall_s": round(median(workers, "wall_s"), 2), "loop_s": round(median(workers, "loop_s"), 2),
-            "startup_s": round(median(workers, "startup_s"), 2),
+    summary: dict[str, dict[str, Any]] = {}
+    for name, workers, _ in configs:
+        runs = results[name]
+        phases = {rank: {p: statistics.median(r["phases_pct"][rank].get(p, 0.0) for r in runs)
+                         for p in runs[0]["phases_pct"][rank]} for rank in runs[0]["phases_pct"]}
+        summary[name] = {
+            "workers": workers,
+            "wall_s": round(statistics.median(r["wall_s"] for r in runs), 2),
+            "loop_s": round(statistics.median(r["loop_s"] for r in runs), 2),
+            "env_steps_per_s": round(statistics.median(r["env_steps_per_s"] for r in runs)),
+            "startup_s": round(statistics.median(r["startup_s"] for r in runs), 2),
             "updates": runs[0]["updates"], "phases_pct": phases,
             "peak_rss_mib": [round(max(r["peak_rss_mib"][i] for r in runs)) for i in range(workers)],
-            "last10_reward": round(median(workers, "last10_reward"), 3),
+            "last10_reward": round(statistics.median(r["last10_reward"] for r in runs), 3),
             "holdout_return_pct": runs[0]["holdout_return_pct"],
             "walls_s": [round(r["wall_s"], 2) for r in runs],
+            "env_steps_per_s_runs": [round(r["env_steps_per_s"]) for r in runs],
         }
-    speedup = summary[1]["wall_s"] / summary[2]["wall_s"]
-    loop_speedup = summary[1]["loop_s"] / summary[2]["loop_s"]
+    base = summary[configs[0][0]]
+    for s in summary.values():
+        s["speedup"] = round(base["wall_s"] / s["wall_s"], 3)
+        s["loop_speedup"] = round(s["env_steps_per_s"] / base["env_steps_per_s"], 3)
 
-    phase_names = list(dict.fromkeys([*summary[1]["phases_pct"], *summary[2]["phases_pct"]]))  # sync check: W > 1
-    header = (["workers", "wall s (median)", "speed-up", "loop s", "loop speed-up", "start-up s", "updates"]
-              + [f"{p} %" for p in phase_names]
+    phase_names = list(dict.fromkeys(p for s in summary.values() for ph in s["phases_pct"].values() for p in ph))
+    header = (["configuration", "wall s (median)", "speed-up", "loop env-steps/s", "loop speed-up", "start-up s",
+               "updates", "rank"] + [f"{p} %" for p in phase_names]
               + ["peak RSS MiB/worker", "reward, last 10 %", "hold-out return %"])
     print(f"Scaling: --episodes {args.episodes} --market {args.market} --seed {args.seed}, "
           f"{'flags ' + args.flags if args.flags else 'default flags'}, "
-          f"{args.repeats} run(s) each, {os.cpu_count()} CPUs")
+          f"{args.repeats} run(s) each, interleaved, {os.cpu_count()} CPUs")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    for workers in (1, 2):
-        s = summary[workers]
-        cells = [str(workers), f"{s['wall_s']:.1f}", f"{summary[1]['wall_s'] / s['wall_s']:.2f}x",
-                 f"{s['loop_s']:.1f}", f"{summary[1]['loop_s'] / s['loop_s']:.2f}x", f"{s['startup_s']:.1f}",
-                 str(s["updates"])]
-        cells += [f"{s['phases_pct'].get(p, 0.0):.0f}" for p in phase_names]
-        cells += [" / ".join(map(str, s["peak_rss_mib"])), f"{s['last10_reward']:.2f}",
-                  "-" if s["holdout_return_pct"] is None else f"{s['holdout_return_pct']:+.2f}"]
-        print("| " + " | ".join(cells) + " |")
+    for name, s in summary.items():
+        for rank, phases in s["phases_pct"].items():
+            cells = ([name, f"{s['wall_s']:.1f}", f"{s['speedup']:.2f}x", f"{s['env_steps_per_s']:,}",
+                      f"{s['loop_speedup']:.2f}x", f"{s['startup_s']:.1f}", str(s["updates"])] if rank == 0
+                     else [""] * 7)
+            cells += [str(rank)] + [f"{phases.get(p, 0.0):.0f}" for p in phase_names]
+            cells += ([" / ".join(map(str, s["peak_rss_mib"])), f"{s['last10_reward']:.2f}",
+                       "-" if s["holdout_return_pct"] is None else f"{s['holdout_return_pct']:+.2f}"] if rank == 0
+                      else [""] * 3)
+            print("| " + " | ".join(cells) + " |")
     print(json.dumps({"bench": "scaling", "episodes": args.episodes, "market": args.market, "seed": args.seed,
-                      "flags": args.flags, "repeats": args.repeats, "cpus": os.cpu_count(),
-                      "speedup_2_vs_1": round(speedup, 3),
-                      "loop_speedup_2_vs_1": round(loop_speedup, 3),
-                      "one_worker": summary[1], "two_workers": summary[2]}))
+                      "flags": args.flags, "repeats": args.repeats, "cpus": os.cpu_count(), "runs": summary}))
 
 
 if __name__ == "__main__":

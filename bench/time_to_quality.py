@@ -21,8 +21,11 @@ every curve against wall time and env steps.
     python bench/time_to_quality.py --quick        # smoke run: 1 seed, 4,096 steps each
     python bench/time_to_quality.py --set env.ema_spans=none --plot plain.png   # both without the EMA entry
     python bench/time_to_quality.py --sb3-set env.ema_spans=none     # RecurrentPPO alone without it
+    python bench/time_to_quality.py --workers 1,2 --no-sb3 --jobs 1  # 1 against 2 gloo workers
 
-Runs ``--jobs`` training processes at once; compare ratios, not absolute seconds (a
+With ``--workers 1,2`` ppo-lstm-trader trains once per worker count; W > 1 runs W gloo CPU
+workers through the trainer's launcher (rank 0 scores, the others wait at the next collective
+meanwhile), one such run at a time, after the pool's runs. Runs ``--jobs`` training processes at once; compare ratios, not absolute seconds (a
 shared machine). Prints a table, then ONE JSON line.
 """
 from __future__ import annotations
@@ -34,6 +37,7 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
+import dataclasses  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -82,12 +86,12 @@ class Probe:
 
 
 def curve_ours(seed: int, steps: int, every: int, episodes: int,
-               overrides: Optional[dict[str, Any]] = None) -> list[Point]:
+               overrides: Optional[dict[str, Any]] = None, workers: int = 1) -> list[Point]:
     """ppo-lstm-trader's defaults (with ``--set``'s ``overrides``), scored after every update that crosses a
-    multiple of ``every``, on the market it trains on."""
+    multiple of ``every``, on the market it trains on; on ``workers`` gloo CPU workers, rank 0 scoring."""
     torch.set_num_threads(1)
     from ppo_lstm.config import TrainConfig
-    from ppo_lstm.distributed import LocalComm, Worker
+    from ppo_lstm.distributed import LocalComm, Worker, launch
     from ppo_lstm.train.shutdown import StopRequest
     from ppo_lstm.train.trainer import Trainer
 
@@ -98,21 +102,35 @@ def curve_ours(seed: int, steps: int, every: int, episodes: int,
     class CurveTrainer(Trainer):
         def _log_episodes(self, records):  # once per update, after it
             totals = super()._log_episodes(records)
-            probe.maybe(self.state.env_steps, self.agent)
+            if self.rank == 0:
+                probe.maybe(self.state.env_steps, self.agent)
             return totals
+
+    def train(config: TrainConfig, worker: Worker) -> int:
+        trainer = CurveTrainer(config, worker, None, StopRequest())
+        if worker.comm.rank != 0:
+            return trainer.run()
+        probe.begin()
+        probe.maybe(0, trainer.agent)
+        code = trainer.run()
+        if probe.points[-1][0] != trainer.state.env_steps:
+            probe.next = 0
+            probe.maybe(trainer.state.env_steps, trainer.agent)
+        if workers > 1:
+            torch.save(probe.points, os.path.join(config.checkpoint_dir, "curve.pt"))
+        return code
 
     with tempfile.TemporaryDirectory() as tmp, open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
         config = TrainConfig(episodes=max(8, steps // env.episode_length), seed=seed, progress=False,
                              log_file=os.path.join(tmp, "log"), checkpoint_dir=tmp, checkpoint_interval=10**9,
                              log_interval=10**9, env=env, **rest)
-        trainer = CurveTrainer(config, Worker(LocalComm(), 0, torch.device("cpu")), None, StopRequest())
-        probe.begin()
-        probe.maybe(0, trainer.agent)
-        trainer.run()
-    if probe.points[-1][0] != trainer.state.env_steps:
-        probe.next = 0
-        probe.maybe(trainer.state.env_steps, trainer.agent)
-    return probe.points
+        if workers == 1:
+            train(config, Worker(LocalComm(), 0, torch.device("cpu")))
+            return probe.points
+        config = dataclasses.replace(config, distributed=True, num_workers=workers, device="cpu")
+        if launch(config, "cpu", train) != 0:
+            raise SystemExit(f"the {workers}-worker run of seed {seed} failed")
+        return torch.load(os.path.join(tmp, "curve.pt"), weights_only=True)
 
 
 def curve_sb3(seed: int, steps: int, every: int, episodes: int,
@@ -145,11 +163,18 @@ def curve_sb3(seed: int, steps: int, every: int, episodes: int,
 def run(job: dict[str, Any]) -> dict[str, Any]:
     """One training run's curve (in a child process, whose console output is dropped)."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the trainer's console lines
-    if job["trainer"] == OURS:
-        curve = curve_ours(job["seed"], job["steps"], job["every"], job["episodes"], job["overrides"])
+    if job["trainer"] != SB3:
+        curve = curve_ours(job["seed"], job["steps"], job["every"], job["episodes"], job["overrides"],
+                           job.get("workers", 1))
     else:
         curve = curve_sb3(job["seed"], job["steps"], job["every"], job["episodes"], job["overrides"])
     return {**job, "curve": curve}
+
+
+def run_here(job: dict[str, Any]) -> dict[str, Any]:
+    """A run of several workers, launched from this process (its workers are forked from it)."""
+    return {**job, "curve": curve_ours(job["seed"], job["steps"], job["every"], job["episodes"], job["overrides"],
+                                       job["workers"])}
 
 
 def _cell(x: Optional[float], spec: str) -> str:
@@ -163,7 +188,7 @@ def print_table(report: dict[str, Any]) -> None:
     print(f"{'target':<40}{'trainer':<18}{'reached':>8}{'steps median':>14}{'steps worst':>14}"
           f"{'wall s median':>15}{'wall s worst':>14}")
     for row in report["targets"]:
-        for trainer in (OURS, SB3):
+        for trainer in report["trainers"]:
             r = row[trainer]
             budget = report["budgets"][trainer]
             print(f"{row['label']:<40}{trainer:<18}{r['reached']:>6}/{r['runs']}"
@@ -171,8 +196,11 @@ def print_table(report: dict[str, Any]) -> None:
                   f"{_cell(r['wall_median'], '.1f'):>15}{_cell(r['wall_worst'], '.1f'):>14}"
                   + (f"   (budget {budget:,} steps)" if r["reached"] < r["runs"] else ""))
     ratio = report["speedup_to_sb3_best"]
-    print(f"wall time to RecurrentPPO's best score: RecurrentPPO / ppo-lstm-trader = "
-          f"{'-' if ratio is None else format(ratio, '.1f') + 'x'} (median seeds)")
+    if SB3 in report["trainers"]:
+        print(f"wall time to RecurrentPPO's best score: RecurrentPPO / ppo-lstm-trader = "
+              f"{'-' if ratio is None else format(ratio, '.1f') + 'x'} (median seeds)")
+    for label, value in report.get("worker_ratios", {}).items():
+        print(f"{label}: {'-' if value is None else format(value, '.2f') + 'x'}")
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
@@ -182,7 +210,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
     ref = report["bayes_bps"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for trainer, color in ((OURS, "tab:blue"), (SB3, "tab:orange")):
+    colors = ("tab:blue", "tab:green", "tab:red", "tab:purple")
+    for trainer, color in ((t, "tab:orange" if t == SB3 else colors[i % 4]) for i, t in enumerate(report["trainers"])):
         for i, curve in enumerate(report["curves"][trainer]):
             steps, wall, score = zip(*curve)
             share = [100.0 * s / ref for s in score]
@@ -197,7 +226,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     axes[0].set_ylabel("held-out score, % of the Bayes filter")
     axes[0].set_ylim(-100, 110)
     axes[0].legend(loc="lower right")
-    fig.suptitle(f"Time to quality, regime market at 10 bps ({len(report['curves'][OURS])} seeds each, one thread)")
+    fig.suptitle(f"Time to quality, regime market at 10 bps ({report['seeds']} seeds each, one thread a worker)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -217,6 +246,9 @@ def main() -> None:
     parser.add_argument("--sb3-set", action="append", default=[], metavar="env.FIELD=VALUE",
                         help="an env override for RecurrentPPO alone, over --set's env ones, repeatable "
                              "(e.g. env.ema_spans=none: RecurrentPPO without the EMA entry)")
+    parser.add_argument("--workers", default="1", help="ppo-lstm-trader's worker counts, comma-separated (gloo CPU "
+                                                       "workers; runs of more than one train one at a time)")
+    parser.add_argument("--no-sb3", action="store_true", help="skip RecurrentPPO")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 seed, 4096 steps each, 100 episodes")
     parser.add_argument("--json-out", type=Path, help="also write the JSON line here")
     args = parser.parse_args()
@@ -229,31 +261,46 @@ def main() -> None:
     sb3_overrides.update((k, _parse_value(v)) for k, v in (item.split("=", 1) for item in args.sb3_set))
     if any(not k.startswith("env.") for k in sb3_overrides):
         parser.error("--sb3-set takes env.FIELD=VALUE (RecurrentPPO's env), e.g. env.ema_spans=none")
+    counts = [int(w) for w in args.workers.split(",")]
+    ours = {w: OURS if counts == [1] else f"{OURS}, {w} worker{'s' if w > 1 else ''}" for w in counts}
+    trainers = [*ours.values(), *([] if args.no_sb3 else [SB3])]
     jobs = [{"trainer": trainer, "seed": seed, "steps": steps, "every": args.every, "episodes": args.episodes,
-             "overrides": overrides if trainer == OURS else sb3_overrides}  # ... unless --sb3-set says otherwise
+             "overrides": overrides if trainer != SB3 else sb3_overrides,  # ... unless --sb3-set says otherwise
+             "workers": workers}
             for seed in range(1, args.seeds + 1)
-            for trainer, steps in ((SB3, args.sb3_steps), (OURS, args.steps))]
+            for trainer, steps, workers in ([] if args.no_sb3 else [(SB3, args.sb3_steps, 1)])
+            + [(ours[w], args.steps, w) for w in counts]]
     with job_pool(args.jobs) as pool:
-        futures = [pool.submit(run, job) for job in jobs]
+        futures = [pool.submit(run, job) for job in jobs if job["workers"] == 1]
         env = env_config(MARKET)  # the reference, while the runs train
         test = simulated_paths(env, evaluation_seeds(EVAL_SEED, args.episodes))
         tune = simulated_paths(env, env_seeds(1, 0, 8), TUNE_EPISODES)
         ref = baselines(MARKET, test, tune)["Bayes filter"]["bps_per_bar"]
         done = [f.result() for f in futures]
-    curves = {t: [d["curve"] for d in sorted(done, key=lambda d: d["seed"]) if d["trainer"] == t] for t in (OURS, SB3)}
+    done += [run_here(job) for job in jobs if job["workers"] > 1]  # each on every core, one at a time
+    curves = {t: [d["curve"] for d in sorted(done, key=lambda d: d["seed"]) if d["trainer"] == t] for t in trainers}
     targets = [{"label": f"{100 * s:.0f} % of the Bayes filter ({s * ref:.2f} bps)", "target": s * ref,
-                **{t: reach_summary(curves[t], s * ref) for t in (OURS, SB3)}} for s in SHARES]
-    sb3_best = best_score(curves[SB3])
-    to_best = {t: reach_summary(curves[t], sb3_best) for t in (OURS, SB3)}
-    targets.append({"label": f"RecurrentPPO's best ({sb3_best:.2f} bps, {100 * sb3_best / ref:.0f} %)",
-                    "target": sb3_best, **to_best})
-    ours_wall, sb3_wall = to_best[OURS]["wall_median"], to_best[SB3]["wall_median"]
-    ratio = sb3_wall / ours_wall if ours_wall and sb3_wall else None
+                **{t: reach_summary(curves[t], s * ref) for t in trainers}} for s in SHARES]
+    ratio, sb3_best = None, None
+    if not args.no_sb3:
+        sb3_best = best_score(curves[SB3])
+        to_best = {t: reach_summary(curves[t], sb3_best) for t in trainers}
+        targets.append({"label": f"RecurrentPPO's best ({sb3_best:.2f} bps, {100 * sb3_best / ref:.0f} %)",
+                        "target": sb3_best, **to_best})
+        ours_wall, sb3_wall = to_best[ours[counts[0]]]["wall_median"], to_best[SB3]["wall_median"]
+        ratio = sb3_wall / ours_wall if ours_wall and sb3_wall else None
+    worker_ratios = {}
+    for w in counts[1:]:  # wall time to 90 % on w workers over the first count's (medians)
+        mine, base = targets[-1 if args.no_sb3 else -2][ours[w]], targets[-1 if args.no_sb3 else -2][ours[counts[0]]]
+        worker_ratios[f"wall time to 90 % of the Bayes filter, {w} workers / {counts[0]} (medians)"] = (
+            mine["wall_median"] / base["wall_median"] if mine["wall_median"] and base["wall_median"] else None)
     report = {"bench": "time_to_quality", "market": MARKET, "seeds": args.seeds, "every": args.every,
-              "episodes": args.episodes, "budgets": {OURS: args.steps, SB3: args.sb3_steps}, "bayes_bps": ref,
+              "episodes": args.episodes, "budgets": {t: args.sb3_steps if t == SB3 else args.steps for t in trainers},
+              "bayes_bps": ref, "trainers": trainers, "workers": counts, "worker_ratios": worker_ratios,
               "targets": targets, "sb3_best_bps": sb3_best,
               "speedup_to_sb3_best": ratio, "sb3_best_time_ratio": ratio,  # one figure under both names
-              "first_reach_sb3_best": {t: [first_reach(c, sb3_best) for c in curves[t]] for t in (OURS, SB3)},
+              "first_reach_sb3_best": ({t: [first_reach(c, sb3_best) for c in curves[t]] for t in trainers}
+                                       if sb3_best is not None else None),
               "curves": curves, "quick": args.quick, "overrides": overrides, "sb3_overrides": sb3_overrides}
     report["wall_s"] = time.perf_counter() - start
     print_table(report)

@@ -201,10 +201,12 @@ class Trainer:
             if os.environ.get(DUMP_FINAL_VARIABLE):
                 torch.save({"model": self.agent.state_dict(), "optimizer": self.optimizer.state_dict()},
                            Path(os.environ[DUMP_FINAL_VARIABLE]) / f"rank{self.rank}_final.pt")
-            peaks = self.comm.gather_objects(peak_rss_mb())  # also the barrier: nobody leaves before the rest
+            # every rank's phases and peak memory; also the barrier: nobody leaves before the rest
+            ranks = self.comm.gather_objects((clock.shares() if clock.seconds else "no update run", peak_rss_mb()))
             if self.rank == 0:
-                self.log.line(f"Time by phase (rank 0): {clock.shares() if clock.seconds else 'no update run'}")
-                self.log.line(f"Peak memory per worker: {' / '.join(f'{p:.0f}' for p in peaks)} MiB")
+                for rank, (shares, _) in enumerate(ranks):
+                    self.log.line(f"Time by phase (rank {rank}): {shares}")
+                self.log.line(f"Peak memory per worker: {' / '.join(f'{p:.0f}' for _, p in ranks)} MiB")
                 for line in summary_lines(c, self.checkpoints.latest(), self.holdout, s.best_holdout):
                     self.log.line(line)
             return 0

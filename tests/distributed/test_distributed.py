@@ -110,6 +110,7 @@ def test_episode_split_end_to_end(spawned):
     phases = re.search(r"^Time by phase \(rank 0\): rollout \d+%, gather \d+%, update \d+%, "
                        r"logging \d+%, hold-out \d+%, checkpoints \d+%(, sync check \d+%)?$", result.stdout, re.M)
     assert phases, result.stdout
+    assert re.search(r"^Time by phase \(rank 1\): rollout \d+%, gather \d+%, update \d+%", result.stdout, re.M)
     peaks = re.search(r"^Peak memory per worker: (\d+) / (\d+) MiB$", result.stdout, re.M)
     assert peaks and all(50 < int(p) < 4096 for p in peaks.groups()), result.stdout
     state = newest_checkpoint(result.cwd / "checkpoints")
