@@ -20,7 +20,7 @@ from typing import Iterator, Optional
 
 from ..errors import UsageError
 
-_FILE_MODE = 0o666 & ~os.umask(os.umask(0))  # the mode a plain open() gives a new file
+FILE_MODE = 0o666 & ~os.umask(os.umask(0))  # the mode a plain open() gives a new file (read once, at import)
 
 
 def fsync_dir(directory: Path) -> None:
@@ -46,7 +46,7 @@ def atomic_write(path: str | os.PathLike, data: bytes, fsync: bool = True) -> No
     tmp: Optional[Path] = Path(name)
     try:
         with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), _FILE_MODE)
+            os.fchmod(handle.fileno(), FILE_MODE)
             handle.write(data)
             handle.flush()
             if fsync:

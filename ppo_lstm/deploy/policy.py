@@ -285,8 +285,13 @@ class TradingPolicy(StreamReadouts):
     def state_dict(self, extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         """The stream's whole state as plain JSON data (see the module docstring). ``extra``: entries of a
         caller's own (keys the state does not use), kept beside the stream's and covered by the seal."""
+        return seal(self.state_body(extra))
+
+    def state_body(self, extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+        """``state_dict(extra)`` without its seal (``ppo_lstm.deploy.state.sealed_file`` seals it as it
+        writes it out)."""
         chain, book = self._chain, self._book
-        return seal({
+        return {
             **(extra or {}),
             "format": STATE_FORMAT, "version": STATE_VERSION,
             "policy": policy_entry(self.spec, self.env), **chain.state(), **self._returns.state(),
@@ -296,7 +301,7 @@ class TradingPolicy(StreamReadouts):
             "action": int(book.action[0]), "fill": None if book.fill is None else list(book.fill),
             "bust": book.bust, "decision": None if self._decision is None else self._decision._state(),
             "opened_ns": self._opened_ns,
-        })
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> int:
         """Restore ``state_dict()`` output; returns its format version (1: unsealed, read as it is).

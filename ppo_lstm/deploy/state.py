@@ -137,12 +137,24 @@ def check_state(state: Any, spec: PolicySpec, env: EnvConfig) -> int:
     return int(version)
 
 
+def _canonical(body: dict[str, Any]) -> bytes:
+    """``body``'s canonical JSON: sorted keys, no spaces, floats as ``repr`` (which a JSON round trip keeps)."""
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
 def state_seal(state: dict[str, Any]) -> str:
-    """The SHA-256 (hex) of ``state`` without its seal: its canonical JSON (sorted keys, no spaces;
-    floats as ``repr``, which a JSON round trip keeps)."""
-    body = {key: value for key, value in state.items() if key != SEAL_KEY}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    """The SHA-256 (hex) of ``state`` without its seal: its canonical JSON."""
+    return hashlib.sha256(_canonical({key: value for key, value in state.items() if key != SEAL_KEY})).hexdigest()
+
+
+def sealed_file(body: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+    """A state ``body`` (no seal yet) sealed, and the bytes of its file: the canonical JSON the seal is the
+    hash of, with the seal as its last entry (one JSON encoding for both)."""
+    if not body or SEAL_KEY in body:
+        raise ValueError("a state body holds entries and no seal")
+    text = _canonical(body)
+    digest = hashlib.sha256(text).hexdigest()
+    return {**body, SEAL_KEY: digest}, text[:-1] + f',"{SEAL_KEY}":"{digest}"}}\n'.encode()
 
 
 def seal(state: dict[str, Any]) -> dict[str, Any]:

@@ -12,12 +12,14 @@ Endpoints (the OpenAPI page is ``/docs``, the schema ``/openapi.json``):
 
 Every error is ``{"error": "<one line>"}`` (with ``errors``, each problem, for a body that does not
 validate): 401 without the token, 404 an unknown session, 409 a bar out of order or a session open
-already, 413 a body over the limit, 422 bad input, 503 a state that could not be written. The
-endpoints are plain functions, run in the server's thread pool; a session serves one request at a
-time, and sessions run side by side.
+already, 413 a body over the limit, 422 bad input, 503 a state that could not be written. A session
+serves one request at a time. Opening, reading, filling and closing run in the server's thread pool;
+so does a bar when each state is fsynced (the fsync waits on the disk), while without fsync a bar is
+answered on the event loop itself (its work does not wait, and a thread hop costs more than it).
 """
 from __future__ import annotations
 
+import json
 import sys
 import traceback
 from contextlib import asynccontextmanager
@@ -25,7 +27,8 @@ from typing import Annotated, Any, AsyncIterator, Callable, Optional
 
 from fastapi import FastAPI, Path, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from .. import __version__
@@ -42,6 +45,11 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     for status, text in ((401, "no bearer token, or another"), (404, "no such session"),
                          (409, "a bar out of order, or a session open already"), (413, "a body over the limit"),
                          (422, "bad input"), (503, "the state could not be written"))}
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    """``body`` as a JSON answer (built here: the endpoints' dicts are their response models' fields)."""
+    return Response(json.dumps(body, allow_nan=False, separators=(",", ":")), status, media_type="application/json")
 
 
 def _error(status: int, message: str, errors: Optional[list[dict[str, Any]]] = None) -> JSONResponse:
@@ -88,39 +96,42 @@ def create_app(store: SessionStore, info: dict[str, Any], token: Optional[bytes]
                               "get the decision for the next one. Every change is on disk before it is answered.")
     add_error_handlers(app)
 
+    fsync = bool(info.get("fsync"))
+
+    async def call(work: Callable[..., Any], *args: Any, inline: bool = False) -> Any:
+        """``work(*args)``: in the thread pool, or on the event loop when ``inline`` (work that does not wait)."""
+        return work(*args) if inline else await run_in_threadpool(work, *args)
+
     @app.get("/health", response_model=Health, summary="The server is up")
-    def health() -> dict[str, Any]:
-        return {"status": "ok", **info, "sessions": len(store.sessions)}
+    async def health() -> Response:
+        return _json({"status": "ok", **info, "sessions": len(store.sessions)})
 
     @app.get("/sessions", response_model=SessionList, summary="The open sessions")
-    def sessions() -> dict[str, Any]:
-        return {"sessions": store.names()}
+    async def sessions() -> Response:
+        return _json({"sessions": store.names()})
 
     @app.post("/sessions/{name}", response_model=SessionOut, status_code=201,
               summary="Open a session on its history (predict-ppo-lstm's warm-up)")
-    def open_session(name: Name, request: OpenSession) -> dict[str, Any]:
-        session = store.open(name, request)
-        with session.lock:
-            return session.view()
+    async def open_session(name: Name, request: OpenSession) -> Response:
+        return _json(await call(store.open, name, request), 201)
 
     @app.get("/sessions/{name}", response_model=SessionOut, summary="A session and its last answer")
-    def read_session(name: Name) -> dict[str, Any]:
-        return store.view(name)
+    async def read_session(name: Name) -> Response:
+        return _json(await call(store.view, name))
 
     @app.post("/sessions/{name}/bars", response_model=DecisionAnswer,
               summary="The next closed bar; answered with the decision for the bar after it")
-    def post_bar(name: Name, bar: Bar) -> dict[str, Any]:
-        return store.post(name, bar)
+    async def post_bar(name: Name, bar: Bar) -> Response:
+        return _json(await call(store.post, name, bar, inline=not fsync))
 
     @app.post("/sessions/{name}/fill", response_model=SessionOut,
               summary="The real fill of the pending decision (predict-ppo-lstm --fill)")
-    def report_fill(name: Name, fill: Fill) -> dict[str, Any]:
-        return store.fill(name, fill)
+    async def report_fill(name: Name, fill: Fill) -> Response:
+        return _json(await call(store.fill, name, fill))
 
-    @app.delete("/sessions/{name}", response_model=Closed, summary="Close a session (its state file is removed)")
-    def close_session(name: Name) -> dict[str, Any]:
-        session = store.close(name)
-        return {"session": session.name, "bars": session.policy.bars}
+    @app.delete("/sessions/{name}", response_model=Closed, summary="Close a session (its state files are removed)")
+    async def close_session(name: Name) -> Response:
+        return _json(await call(store.close, name))
 
     app.add_middleware(BodyLimit, limit=max_body)
     if token is not None:

@@ -1,8 +1,8 @@
-"""One session: an instrument's ``TradingPolicy`` stream, its state file, and the one-bar-once rule.
+"""One session: an instrument's ``TradingPolicy`` stream, its state files, and the one-bar-once rule.
 
 A session is opened on its history (the warm-up rule of ``predict-ppo-lstm``: the history through the
 data loader, then ``TradingPolicy.warm_up``) and then fed one bar at a time. Every change (a bar, a
-fill) is written to its state file atomically before it is answered: the state is predict's format
+fill) is written atomically (``state_files.py``) before it is answered: the state is predict's format
 and SHA chain (``ppo_lstm.deploy.state``), with a ``serve`` entry of its own under the same seal:
 the chain's digest before the last bar, the widest gap of the history, and the last answer's gap.
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -24,12 +23,12 @@ import pandas as pd
 from ..deploy.bars import bar_time_ns, feature_row
 from ..deploy.policy import TradingPolicy
 from ..deploy.predict import too_few
-from ..deploy.files import atomic_write
-from ..deploy.state import bar_records, read_state_file, state_text
+from ..deploy.state import bar_records, read_state_file, sealed_file
 from ..errors import UsageError
 from .errors import RequestError
 from .history import chain_before_last, history_data, widest_gap_ns
 from .models import Bar, Fill, OpenSession
+from .state_files import StateFiles
 
 SERVE_KEY = "serve"
 
@@ -39,10 +38,10 @@ def _iso(ns: int) -> str:
 
 
 class Session:
-    """An instrument's stream: ``policy``, its state file ``path``, and ``lock`` (one request at a time)."""
+    """An instrument's stream: ``policy``, its state ``files``, and ``lock`` (one request at a time)."""
 
-    def __init__(self, name: str, policy: TradingPolicy, path: Path, entry: dict[str, Any], fsync: bool) -> None:
-        self.name, self.policy, self.path, self.fsync = name, policy, path, fsync
+    def __init__(self, name: str, policy: TradingPolicy, files: StateFiles, entry: dict[str, Any]) -> None:
+        self.name, self.policy, self.files = name, policy, files
         self.entry = entry  # the state's serve entry: prev_digest, max_gap_ns, gap
         self.saved: dict[str, Any] = {}  # the state on disk
         self.lock = threading.Lock()
@@ -51,7 +50,7 @@ class Session:
     # ------------------------------------------------------------------ construction
 
     @classmethod
-    def open(cls, name: str, policy: TradingPolicy, path: Path, request: OpenSession, fsync: bool) -> "Session":
+    def open(cls, name: str, policy: TradingPolicy, files: StateFiles, request: OpenSession) -> "Session":
         """A new session warmed on ``request``'s history, its state written (UsageError for bad input)."""
         spec = policy.spec
         data = history_data(request.bars, spec.features)
@@ -66,13 +65,16 @@ class Session:
             raise too_few(policy, "the history", policy.bars)
         prev = chain_before_last(data, spec.features, policy.env.features)
         entry = {"name": name, "prev_digest": prev.hex(), "max_gap_ns": widest_gap_ns(data), "gap": None}
-        session = cls(name, policy, path, entry, fsync)
+        session = cls(name, policy, files, entry)
         session._save()
         return session
 
     @classmethod
-    def restore(cls, name: str, policy: TradingPolicy, path: Path, fsync: bool) -> "Session":
-        """The session of a state file this server wrote (UsageError, one line, for one it cannot use)."""
+    def restore(cls, name: str, policy: TradingPolicy, files: StateFiles) -> "Session":
+        """The session of the newest state file of ``files`` (UsageError, one line, for one this server cannot use)."""
+        path = files.latest()
+        if path is None:
+            raise UsageError("holds no state file")
         state = read_state_file(path)
         policy.load_state_dict(state)
         entry = state.get(SERVE_KEY)
@@ -80,7 +82,7 @@ class Session:
                 and policy.decision is not None):
             raise UsageError("not a state serve-ppo-lstm wrote for this session name (no 'serve' entry naming it, "
                              "or no decision)")
-        session = cls(name, policy, path, entry, fsync)
+        session = cls(name, policy, files, entry)
         session.saved = state
         return session
 
@@ -125,11 +127,11 @@ class Session:
 
     def _write(self, entry: dict[str, Any]) -> dict[str, Any]:
         """The stream's state with ``entry``, written to the state file (503 when it cannot be)."""
-        state = self.policy.state_dict({SERVE_KEY: entry})
+        state, data = sealed_file(self.policy.state_body({SERVE_KEY: entry}))
         try:
-            atomic_write(self.path, state_text(state), self.fsync)
+            self.files.write(data)
         except OSError as err:
-            raise RequestError(503, f"session {self.name}: could not write its state {self.path.name} "
+            raise RequestError(503, f"session {self.name}: could not write its state in {self.files.folder} "
                                     f"({err.strerror or err}); nothing was consumed: free disk space and post "
                                     f"again") from None
         return state

@@ -1,15 +1,14 @@
 """The server's sessions and its state directory: names, state files, the directory's lock, start-up.
 
 ``--state-dir DIR`` holds ``DIR/serve.lock`` (an exclusive ``flock`` for the server's lifetime: a
-second server on the same directory is refused) and ``DIR/sessions/<name>.json``, one state file per
-session. A name is letters, digits, ``_`` and ``-``, with single dots between them (``spy``,
-``BTC-USD``, ``es.1h``), at most 64 characters, so it is always one file name inside
-``DIR/sessions``. At start every state file there is loaded (a server killed with ``kill -9`` goes on
-where its files stand), and temp files a killed write left are removed.
+second server on the same directory is refused) and ``DIR/sessions/<name>/``, each session's state
+files (``state_files.py``). A name is letters, digits, ``_`` and ``-``, with single dots between them
+(``spy``, ``BTC-USD``, ``es.1h``), at most 64 characters, so it is always one folder name inside
+``DIR/sessions``. At start every session's newest state is loaded (a server killed with ``kill -9``
+goes on where its files stand), and what a killed write left is removed.
 """
 from __future__ import annotations
 
-import os
 import re
 import threading
 from pathlib import Path
@@ -21,6 +20,7 @@ from ..errors import UsageError
 from .errors import RequestError
 from .models import Bar, Fill, OpenSession
 from .session import Session
+from .state_files import StateFiles
 
 NAME_PATTERN = r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$"
 NAME_MAX = 64
@@ -60,26 +60,29 @@ class SessionStore:
         self._opening: set[str] = set()
         self._lock = threading.Lock()
 
-    def path(self, name: str) -> Path:
-        """The state file of session ``name`` (always inside the sessions folder)."""
-        path = self.folder / f"{check_name(name)}.json"
-        if path.parent != self.folder:
+    def files(self, name: str) -> StateFiles:
+        """The state files of session ``name`` (always a folder inside the sessions folder)."""
+        folder = self.folder / check_name(name)
+        if folder.parent != self.folder:
             raise RequestError(422, f"session name {name!r} is not a file name")
-        return path
+        return StateFiles(folder, self.fsync)
 
     def load(self) -> int:
-        """Load every state file of the folder (UsageError, one line, naming a file this server cannot use);
-        returns how many. Temp files of writes a kill interrupted are removed."""
-        for leftover in self.folder.glob(".*.tmp"):
-            leftover.unlink(missing_ok=True)
-        for path in sorted(self.folder.glob("*.json")):
-            name = path.name[:-len(".json")]
+        """Load every session's newest state (UsageError, one line, naming a file or folder this server cannot
+        use); returns how many. What writes a kill interrupted left is removed."""
+        for folder in sorted(p for p in self.folder.iterdir() if not p.name.startswith(".")):
+            files = None
             try:
-                check_name(name)
-                self.sessions[name] = Session.restore(name, self.make_policy(), path, self.fsync)
+                check_name(folder.name)
+                if not folder.is_dir():
+                    raise UsageError("not a session's folder")
+                files = self.files(folder.name)
+                files.tidy()
+                self.sessions[folder.name] = Session.restore(folder.name, self.make_policy(), files)
             except (UsageError, RequestError) as err:
-                raise UsageError(f"{path}: {err}; move it out of the state dir, or serve the policy that wrote "
-                                 f"it") from None
+                where = files.latest() if files is not None and files.latest() is not None else folder
+                raise UsageError(f"{where}: {err}; move it out of the state dir (an older generation beside it "
+                                 f"is then read), or serve the policy that wrote it") from None
         return len(self.sessions)
 
     def get(self, name: str) -> Session:
@@ -90,19 +93,21 @@ class SessionStore:
             raise RequestError(404, f"no session {name!r}; open it with POST /sessions/{name} and its history")
         return session
 
-    def open(self, name: str, request: OpenSession) -> Session:
-        """A new session ``name`` on ``request``'s history (409 when it exists; UsageError for bad input)."""
-        path = self.path(name)
+    def open(self, name: str, request: OpenSession) -> dict[str, Any]:
+        """A new session ``name`` on ``request``'s history, its view (409 when it exists; UsageError for bad
+        input)."""
+        files = self.files(name)
         with self._lock:
             if name in self.sessions or name in self._opening:
                 raise RequestError(409, f"session {name!r} is open already; close it (DELETE /sessions/{name}) to "
                                         f"start it again")
             self._opening.add(name)
         try:
-            session = Session.open(name, self.make_policy(), path, request, self.fsync)
-            with self._lock:
+            files.remove()  # what a session closed or refused before may have left
+            session = Session.open(name, self.make_policy(), files, request)
+            with session.lock, self._lock:
                 self.sessions[name] = session
-            return session
+                return session.view()
         finally:
             with self._lock:
                 self._opening.discard(name)
@@ -129,18 +134,16 @@ class SessionStore:
             _check_open(session)
             return session.view()
 
-    def close(self, name: str) -> Session:
-        """Close session ``name``: its state file removed (404 when none is open)."""
+    def close(self, name: str) -> dict[str, Any]:
+        """Close session ``name``: its state files removed (404 when none is open); what it had consumed."""
         session = self.get(name)
         with session.lock:
             _check_open(session)
             session.closed = True
-            session.path.unlink(missing_ok=True)
-            if self.fsync:
-                fsync_dir(self.folder)
+            session.files.remove()
         with self._lock:
             self.sessions.pop(name, None)
-        return session
+        return {"session": name, "bars": session.policy.bars}
 
     def flush(self) -> None:
         """Every session's state file fsynced (each was written before its last answer; with --no-fsync
@@ -148,11 +151,7 @@ class SessionStore:
         for session in list(self.sessions.values()):
             with session.lock:
                 if not session.closed:
-                    fd = os.open(session.path, os.O_RDONLY)
-                    try:
-                        os.fsync(fd)
-                    finally:
-                        os.close(fd)
+                    session.files.sync()
         fsync_dir(self.folder)
 
     def names(self) -> list[str]:

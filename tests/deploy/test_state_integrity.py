@@ -155,3 +155,20 @@ def test_the_lock_file_is_never_followed_through_a_symlink(tmp_path: Path) -> No
         with state_module.state_lock(tmp_path / "s.json"):
             pass
     assert victim.read_text() == "keep\n"
+
+
+def test_a_state_sealed_as_it_is_written_out_is_predicts_and_keeps_its_seal(run: Path, capsys: pytest.CaptureFixture,
+                                                                             tmp_path: Path) -> None:
+    """``sealed_file`` (one JSON encoding for the seal and the file) gives ``state_dict``'s state, and a file
+    predict-ppo-lstm --state goes on from; an edited byte of it is refused."""
+    args, state, _ = started(run, tmp_path)
+    capsys.readouterr()
+    policy = TradingPolicy.load(run / "checkpoints")
+    policy.load_state(state)
+    sealed, data = state_module.sealed_file(policy.state_body({"mine": {"n": 1}}))
+    assert sealed == policy.state_dict({"mine": {"n": 1}}) and json.loads(data) == sealed
+    state.write_bytes(data)
+    code, out, err = call(capsys, *args)
+    assert code == 0 and err == "" and json.loads(out)["new_bars"] == 160
+    state.write_bytes(data.replace(b'"bust":false', b'"bust":true'))
+    one_error(capsys, *args, match="its contents do not match its 'state_digest'")

@@ -90,6 +90,13 @@ def _read(handle: Any) -> str:
     return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
 
 
+def latest_state(state_dir: Path, name: str) -> Path:
+    """The newest generation of session ``name``'s state files (at most two are kept)."""
+    files = sorted((Path(state_dir) / "sessions" / name).glob("state-*.json"))
+    assert 1 <= len(files) <= 2, files
+    return files[-1]
+
+
 def run_server_command(*args: object, timeout: float = 60.0) -> subprocess.CompletedProcess:
     """``python -m ppo_lstm.serve ARGS`` run to its end (a start-up the server refuses)."""
     return subprocess.run([sys.executable, "-m", "ppo_lstm.serve", *map(str, args)], cwd=ROOT, env=env_for_child(),

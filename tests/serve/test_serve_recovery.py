@@ -17,7 +17,8 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("onnxruntime")
 
-from serve_fixtures import Server, bar_bodies, featured_run, run_server_command, shared_onnx  # noqa: E402
+from serve_fixtures import (Server, bar_bodies, featured_run, latest_state, run_server_command,  # noqa: E402
+                            shared_onnx)
 from ppo_lstm.deploy.policy import TradingPolicy  # noqa: E402
 
 pytestmark = pytest.mark.e2e
@@ -77,11 +78,11 @@ def test_kill_9_mid_stream_and_a_restart_lose_no_bar(model: Path, bodies: list[d
     assert again == {**answers[-1], "duplicate": True}
     send_and_kill(server, bodies[HISTORY + 11])  # in flight: consumed or not, never half
     server = Server("--model", model, state_dir=state).ready()
-    assert not list((state / "sessions").glob(".*.tmp"))
+    assert not list((state / "sessions" / "spy").glob(".*.tmp"))
     answers += [server.client.post("/sessions/spy/bars", json=b).json() for b in bodies[HISTORY + 11:HISTORY + 20]]
     assert [decided(a) for a in answers] == uninterrupted(model, bodies, HISTORY + 20)
     assert server.client.get("/sessions/spy").json()["bars"] == HISTORY + 20  # no bar lost or consumed twice
-    assert json.loads((state / "sessions" / "spy.json").read_text())["bars"] == HISTORY + 20
+    assert json.loads(latest_state(state, "spy").read_text())["bars"] == HISTORY + 20
     assert server.stop() == 0
 
 
@@ -117,7 +118,7 @@ def test_sigterm_finishes_the_requests_in_flight_and_exits_0(model: Path, bodies
         thread.join(30)
     assert not refused and sum(answered.values()) < 4 * (len(bodies) - HISTORY)  # stopped mid-stream
     for name in names:  # every answered bar is on disk, and none that was not answered
-        assert json.loads((state / "sessions" / f"{name}.json").read_text())["bars"] == HISTORY + answered[name]
+        assert json.loads(latest_state(state, name).read_text())["bars"] == HISTORY + answered[name]
     server = Server("--model", model, state_dir=state).ready()
     assert "4 sessions from" in server.output()
     for name in names:
@@ -128,14 +129,14 @@ def test_sigterm_finishes_the_requests_in_flight_and_exits_0(model: Path, bodies
 
 def test_a_start_the_server_refuses_is_one_line_and_exit_2(model: Path, tmp_path: Path) -> None:
     (tmp_path / "short").write_text("too-short\n")
-    bad_state = tmp_path / "bad" / "sessions"
+    bad_state = tmp_path / "bad" / "sessions" / "spy"
     bad_state.mkdir(parents=True)
-    (bad_state / "spy.json").write_text('{"format": "something else"}\n')
+    (bad_state / "state-000000000001.json").write_text('{"format": "something else"}\n')
     for args, message in (
         (("--host", "0.0.0.0"), "--host 0.0.0.0 is not a loopback address"),
         (("--token-file", tmp_path / "short"), "the token must be at least 16 printable characters"),
         (("--model", tmp_path / "missing.onnx"), "missing.onnx: no such file"),
-        (("--state-dir", tmp_path / "bad"), "spy.json: not a policy state"),
+        (("--state-dir", tmp_path / "bad"), "state-000000000001.json: not a policy state"),
     ):
         argv = {"--model": model, "--state-dir": tmp_path / "state", "--port": "0"}
         argv.update(dict(zip(args[::2], args[1::2])))

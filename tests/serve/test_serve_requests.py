@@ -15,8 +15,9 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("onnxruntime")
 
-from serve_fixtures import Server, bar_bodies, featured_run, shared_onnx  # noqa: E402
+from serve_fixtures import Server, bar_bodies, featured_run, latest_state, shared_onnx  # noqa: E402
 from ppo_lstm.deploy.policy import TradingPolicy  # noqa: E402
+from ppo_lstm.serve.models import Closed, DecisionAnswer, Health, SessionList, SessionOut  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 TOKEN = "test-token-0123456789abcdef"
@@ -52,7 +53,9 @@ def open_session(server: Server, name: str, bodies: list[dict[str, Any]], bars: 
 
 
 def state_bytes(server: Server, name: str) -> bytes:
-    return (server.state_dir / "sessions" / f"{name}.json").read_bytes()
+    """The newest state file's name and contents (a write makes another generation)."""
+    latest = latest_state(server.state_dir, name)
+    return latest.name.encode() + b"\n" + latest.read_bytes()
 
 
 def test_a_bar_is_consumed_once(server: Server, bodies: list[dict[str, Any]]) -> None:
@@ -60,7 +63,7 @@ def test_a_bar_is_consumed_once(server: Server, bodies: list[dict[str, Any]]) ->
     first = server.client.post("/sessions/once/bars", json=bodies[HISTORY])
     assert first.status_code == 200 and first.json()["duplicate"] is False
     on_disk = state_bytes(server, "once")
-    assert json.loads(on_disk)["bars"] == HISTORY + 1  # written before the answer
+    assert json.loads(latest_state(server.state_dir, "once").read_text())["bars"] == HISTORY + 1  # before the answer
     again = server.client.post("/sessions/once/bars", json=bodies[HISTORY])
     assert again.status_code == 200 and again.json() == {**first.json(), "duplicate": True}
     assert state_bytes(server, "once") == on_disk  # nothing consumed, nothing written
@@ -71,6 +74,15 @@ def test_a_bar_is_consumed_once(server: Server, bodies: list[dict[str, Any]]) ->
         assert state_bytes(server, "once") == on_disk
     nxt = server.client.post("/sessions/once/bars", json=bodies[HISTORY + 1])
     assert nxt.status_code == 200 and nxt.json()["bar"]["index"] == HISTORY + 1
+    # every answer is its response model, as the OpenAPI page says
+    assert DecisionAnswer.model_validate(nxt.json()).model_dump(mode="json") == nxt.json()
+    view = server.client.get("/sessions/once").json()
+    assert SessionOut.model_validate(view).model_dump(mode="json") == view and view["last"] == nxt.json()
+    for path, model in (("/health", Health), ("/sessions", SessionList)):
+        body = server.client.get(path).json()
+        assert model.model_validate(body).model_dump(mode="json") == body
+    closed = server.client.delete("/sessions/once").json()
+    assert Closed.model_validate(closed).model_dump(mode="json") == closed == {"session": "once", "bars": HISTORY + 2}
 
 
 def test_bad_input_is_a_4xx_json_error_and_changes_nothing(server: Server, bodies: list[dict[str, Any]]) -> None:
@@ -128,7 +140,7 @@ def test_session_names_stay_in_the_state_dir(server: Server, bodies: list[dict[s
         got = server.client.post(f"/sessions/{name}", json={"bars": bodies[:HISTORY]})
         assert got.status_code in (404, 422) and "error" in got.json(), (name, got.text)
     assert sorted(p.name for p in (server.state_dir / "sessions").iterdir()) == sorted(
-        f"{n}.json" for n in server.client.get("/sessions").json()["sessions"])
+        server.client.get("/sessions").json()["sessions"])
     assert not any(server.state_dir.parent.glob("escape*"))
 
 
@@ -173,7 +185,7 @@ def test_sessions_open_once_and_close(server: Server, bodies: list[dict[str, Any
     assert "life" in server.client.get("/sessions").json()["sessions"]
     closed = server.client.delete("/sessions/life")
     assert closed.status_code == 200 and closed.json() == {"session": "life", "bars": HISTORY}
-    assert not (server.state_dir / "sessions" / "life.json").exists()
+    assert not (server.state_dir / "sessions" / "life").exists()
     assert server.client.get("/sessions/life").status_code == 404
     assert server.client.delete("/sessions/life").status_code == 404
     assert server.client.post("/sessions/life", json={"bars": bodies[:HISTORY]}).status_code == 201
