@@ -245,8 +245,10 @@ class Trainer:
         losses, weights or outputs is undone at once (:class:`UpdateGuard`). The statistics
         and this verdict reach the host in one copy. Returns them and whether it was skipped."""
         c = self.config
-        if c.anneal_lr:
-            frac = max(0.0, 1.0 - self.state.update / self.total_updates_estimate)
+        if c.anneal_lr:  # on the run's env steps before this update, so a resume onto another batch goes on
+            batch_size = self.steps * c.num_envs * self.world_size
+            done = self.state.env_steps - batch_size
+            frac = max(0.0, 1.0 - done / (self.total_updates_estimate * batch_size))
             for group, lr in zip(self.optimizer.param_groups, self.learning_rates):
                 group["lr"] = frac * lr
         snapshot = self.guard.snapshot()
