@@ -256,16 +256,10 @@ def parse_command_line(argv: Optional[list[str]] = None, prog: Optional[str] = N
     if config.train_for is not None and "episodes" in parsed.given - from_file:  # a file's --episodes yields
         raise UsageError(f"--train-for {config.train_for} sets the run's episodes from the time; drop --episodes, or "
                          f"drop --train-for to train a number of episodes")
+    if config.rollout_steps is not None and config.update_interval is not None:  # neither comes from a checkpoint
+        raise UsageError(f"--rollout-steps {config.rollout_steps} and --update-interval {config.update_interval} both "
+                         f"set the batch (--update-interval takes U / (workers x --num-envs) steps); pass one of them")
     return CommandLine(config, parsed.given, parsed.print_config, parsed.describe())
-
-
-def parse_flags(argv: Optional[list[str]] = None,
-                prog: Optional[str] = None) -> tuple[TrainConfig, frozenset[str]]:
-    """Parse ``argv`` (flag errors exit 2 in one line; a bad ``--config`` file raises
-    :class:`UsageError`). Returns the config and the names of the fields the command
-    line or its config file gave (``"episodes"``, ``"env.fee_bps"``, ...)."""
-    command = parse_command_line(argv, prog)
-    return command.config, command.given
 
 
 def config_yaml(config: TrainConfig, header: tuple[str, ...] = ()) -> str:

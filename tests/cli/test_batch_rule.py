@@ -216,3 +216,16 @@ def test_resume_of_a_run_saved_before_rate_cap_keeps_its_rates(tmp_path):
     assert again.returncode == 0, again.stderr
     assert "learning rates 0.0017 / 0.00566 (0.0003 / 0.001 x sqrt(4096/128) = x5.66)" in again.stdout
     assert "Resumed from " in again.stdout
+
+
+def test_rollout_steps_and_update_interval_together_are_refused_in_one_line(tmp_path):
+    """Both set the batch: --update-interval would silently win, so the pair is refused."""
+    from conftest import TINY, cli_in_process
+
+    with pytest.raises(UsageError, match=r"--rollout-steps 4 and --update-interval 256 both set the batch"):
+        parse_command_line(["--num-envs", "8", "--rollout-steps", "4", "--update-interval", "256"])
+    result = cli_in_process(tmp_path, *TINY, "--rollout-steps", "4", "--episodes", "4")  # TINY has --update-interval
+    assert result.returncode == 2 and len(result.error_lines()) == 1, result.output
+    assert "--rollout-steps 4 and --update-interval 32 both set the batch" in result.stderr
+    assert "Traceback" not in result.output
+    assert parse_command_line(["--num-envs", "8", "--rollout-steps", "4"]).config.rollout_steps == 4  # alone: fine

@@ -1,6 +1,6 @@
 """``--config FILE`` (YAML or TOML), ``--print-config`` and each run's ``config.yaml``.
 
-Parsing, overrides and bad files go through ``parse_flags`` or the CLI's ``main()`` in
+Parsing, overrides and bad files go through ``parse_command_line`` or the CLI's ``main()`` in
 this process; one tiny real run (a module fixture, also through ``main()`` in this process)
 writes the ``config.yaml`` that the round trip, resume and evaluate tests read; torchrun and
 the distributed script run for real in subprocesses.
@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, TINY, TRAIN, cli_in_process, env_for_child, run_cli, torchrun
-from ppo_lstm.config import TrainConfig, parse_command_line, parse_flags, save_run_config
+from ppo_lstm.config import TrainConfig, parse_command_line, save_run_config
 from ppo_lstm.errors import UsageError
 
 # TINY as a config file, keys spelt with '-' and '_', and one value PyYAML reads as text (3e-4)
@@ -75,8 +75,9 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
 
 @pytest.mark.parametrize("name, text", [("run.yaml", RUN_YAML), ("run.yml", RUN_YAML), ("run.toml", RUN_TOML)])
 def test_a_file_gives_what_the_same_flags_give(tmp_path, name, text):
-    config, given = parse_flags(["--config", write(tmp_path / name, text)])
-    assert config == parse_flags(RUN_FLAGS)[0]
+    command = parse_command_line(["--config", write(tmp_path / name, text)])
+    config, given = command.config, command.given
+    assert config == parse_command_line(RUN_FLAGS).config
     assert config.learning_rate_actor == 3e-4 and isinstance(config.env.window, int)
     assert {"num_envs", "update_interval", "env.episode_length", "env.market", "lstm_size"} <= given
     assert "clip" not in given and "env.fee_bps" not in given
@@ -86,7 +87,7 @@ def test_values_are_typed_as_the_flags_type_them(tmp_path):
     path = write(tmp_path / "typed.yaml", "fee-bps: 2\ndata: prices.csv\ndata-start: 2020-01-02\n"
                                           "data-end: 2021-03-04 16:00:00\nthreads: null\nclip-vloss: false\n"
                                           "no-short: true\nnum-gpus: 3\ndate-format: '%Y-%m-%d'\n")
-    config = parse_flags(["--config", path])[0]
+    config = parse_command_line(["--config", path]).config
     assert config.env.fee_bps == 2.0 and isinstance(config.env.fee_bps, float)  # int -> float, as "--fee-bps 2"
     assert (config.data_start, config.data_end) == ("2020-01-02", "2021-03-04T16:00:00")  # YAML dates as text
     assert (config.threads, config.clip_vloss, config.env.no_short, config.num_workers) == (None, False, True, 3)
@@ -112,8 +113,8 @@ def test_print_config_round_trips(tmp_path):
     for args in ([], ["--ema-spans", "none"], flags):
         result = cli_in_process(tmp_path, *args, "--print-config")
         assert result.returncode == 0 and result.stderr == ""
-        config = parse_flags(["--config", write(tmp_path / "printed.yaml", result.stdout)])[0]
-        assert config == parse_flags(args)[0]
+        config = parse_command_line(["--config", write(tmp_path / "printed.yaml", result.stdout)]).config
+        assert config == parse_command_line(args).config
         if args == ["--ema-spans", "none"]:  # no spans: written as none, since a null reads as "no value"
             assert "ema-spans: none" in result.stdout and config.env.ema_spans is None
     assert "autocast: bf16" in result.stdout and "date-format: '%d.%m.%Y'" in result.stdout
@@ -126,7 +127,7 @@ def test_a_config_file_an_older_version_wrote_reads_as_its_run_trained(tmp_path)
     text = cli_in_process(tmp_path, *TINY, "--print-config").stdout
     text = text.replace("ema-spans: '500'", "ema-spans: null").replace("feature-window: 1024", "feature-window: 256")
     assert "ema-spans: null" in text and "feature-window: 256" in text
-    config = parse_flags(["--config", write(tmp_path / "old.yaml", text)])[0]
+    config = parse_command_line(["--config", write(tmp_path / "old.yaml", text)]).config
     assert config.env.ema_spans is None and config.env.obs_dim == 8 + 3
 
 
@@ -188,9 +189,9 @@ def test_an_unreadable_file_is_one_line_exit_2(cwd, make, message):
     assert result.returncode == 2 and len(result.error_lines()) == 1 and message in result.stderr, result.stderr
 
 
-def test_parse_flags_raises_usage_error_for_a_bad_file(tmp_path):
+def test_parse_command_line_raises_usage_error_for_a_bad_file(tmp_path):
     with pytest.raises(UsageError, match=r"unknown key 'epsiodes'; did you mean 'episodes'\?"):
-        parse_flags(["--config", write(tmp_path / "typo.yaml", "epsiodes: 3\n")])
+        parse_command_line(["--config", write(tmp_path / "typo.yaml", "epsiodes: 3\n")])
 
 
 # ------------------------------------------------------------------ a real run's config.yaml
@@ -201,9 +202,9 @@ def test_a_run_saves_config_yaml_that_reproduces_its_settings(trained):
     note = "Config file run.yaml: 13 settings; the command line overrode --episodes 2 -> 4"
     assert note in result.stdout.splitlines() and note in (cwd / "training.log").read_text()
     saved = cwd / "checkpoints" / "config.yaml"
-    assert parse_flags(["--config", str(saved)])[0] == parse_flags(["--config", str(cwd / "run.yaml"),
+    assert parse_command_line(["--config", str(saved)]).config == parse_command_line(["--config", str(cwd / "run.yaml"),
                                                                     "--episodes", "4", "--checkpoint-interval",
-                                                                    "4"])[0]
+                                                                    "4"]).config
     text = saved.read_text()
     assert "resume: false" in text and "overwrite: false" in text and "episodes: 4" in text
     assert not list((cwd / "checkpoints").glob(".*.tmp"))  # written atomically, no temp file left
@@ -222,7 +223,7 @@ def test_save_run_config_writes_resume_and_overwrite_false(tmp_path):
     config = TrainConfig(resume=True, overwrite=True, checkpoint_dir=str(tmp_path / "run"), episodes=7)
     path = save_run_config(config)
     assert path == tmp_path / "run" / "config.yaml"
-    back = parse_flags(["--config", str(path)])[0]
+    back = parse_command_line(["--config", str(path)]).config
     assert (back.resume, back.overwrite, back.episodes) == (False, False, 7)
     assert back == TrainConfig(checkpoint_dir=str(tmp_path / "run"), episodes=7)
 
@@ -283,8 +284,8 @@ def test_torchrun_with_a_config_file(cwd):
     assert result.returncode == 0, result.output
     note = "Config file run.yaml: 13 settings; the command line overrode --episodes 2 -> 4"
     assert result.stdout.splitlines().count(note) == 1  # rank 0 only
-    saved = parse_flags(["--config", str(cwd / "checkpoints" / "config.yaml")])[0]
-    assert saved == parse_flags(["--config", str(cwd / "run.yaml"), "--episodes", "4"])[0]
+    saved = parse_command_line(["--config", str(cwd / "checkpoints" / "config.yaml")]).config
+    assert saved == parse_command_line(["--config", str(cwd / "run.yaml"), "--episodes", "4"]).config
     assert "| Workers: 2" in (cwd / "training.log").read_text()
 
 
@@ -311,8 +312,8 @@ def test_config_yaml_belongs_to_the_run(tmp_path):
 
 
 def test_several_data_paths_as_a_list_one_as_a_string_and_null_as_none(tmp_path):
-    several = parse_flags(["--config", write(tmp_path / "a.yaml", "data: [a.csv, b.csv]\n")])[0]
-    one = parse_flags(["--config", write(tmp_path / "b.yaml", "data: [a.csv]\n")])[0]
-    none = parse_flags(["--config", write(tmp_path / "c.yaml", "data: null\n")])[0]
+    several = parse_command_line(["--config", write(tmp_path / "a.yaml", "data: [a.csv, b.csv]\n")]).config
+    one = parse_command_line(["--config", write(tmp_path / "b.yaml", "data: [a.csv]\n")]).config
+    none = parse_command_line(["--config", write(tmp_path / "c.yaml", "data: null\n")]).config
     assert several.data == ["a.csv", "b.csv"] and one.data == "a.csv" and none.data is None
-    assert parse_flags(["--config", write(tmp_path / "d.toml", 'data = ["a.csv", "b.csv"]\n')])[0] == several
+    assert parse_command_line(["--config", write(tmp_path / "d.toml", 'data = ["a.csv", "b.csv"]\n')]).config == several
