@@ -13,7 +13,9 @@ calls it:
 
 Each is called back to back ``--calls`` times after a warm-up; the table gives the bytes
 each rank sends in, the median and 90th-percentile seconds per call on rank 0, and the
-collectives' total per iteration at the default 4 epochs x 4 minibatches. Prints a table
+collectives' total per iteration at the default 4 epochs x 4 minibatches. A last row times
+the gradient step's sum where training calls it, inside ``--updates`` real PPO updates on
+the combined batch, so it includes the wait for the slower rank's share. Prints a table
 and one JSON line.
 
     python bench/collectives.py [--workers 2] [--num-envs 64] [--calls 300]
@@ -34,13 +36,13 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from ppo_lstm.algo.ppo import STEP_STATS, FlatGradients  # noqa: E402
+from ppo_lstm.algo.ppo import STEP_STATS, FlatGradients, PPOSettings, ppo_update  # noqa: E402
 from ppo_lstm.algo.rollout import RolloutCollector  # noqa: E402
 from ppo_lstm.batch_rule import minibatches, steps_per_env  # noqa: E402
 from ppo_lstm.config import TrainConfig  # noqa: E402
 from ppo_lstm.distributed import launch  # noqa: E402
 from ppo_lstm.train.agreement import exchange  # noqa: E402
-from ppo_lstm.train.build import build_agent  # noqa: E402
+from ppo_lstm.train.build import build_agent, build_optimizer  # noqa: E402
 
 
 def timed(call, calls: int) -> list[float]:
@@ -81,9 +83,43 @@ def worker(config: TrainConfig, w) -> int:
         out[name] = {"bytes_per_rank": size, "per_iteration": per_iteration,
                      "median_ms": 1e3 * statistics.median(seconds),
                      "p90_ms": 1e3 * float(np.percentile(seconds, 90))}
+    out["gradient step, inside an update"] = in_updates(config, comm, exchange(comm, local, records, False, 0, 1.0,
+                                                                             capacity)[0])
     if comm.rank == 0:
         print(json.dumps(out), file=open(os.environ["BENCH_OUT"], "w"))
     return 0
+
+
+def in_updates(config: TrainConfig, comm, batch) -> dict:
+    """The gradient step's sum timed inside real PPO updates on the combined ``batch`` ``[T, N*W]``."""
+    updates = int(os.environ["BENCH_UPDATES"])
+    agent = build_agent(config)
+    optimizer = build_optimizer(config, agent, comm.world_size)
+    count = minibatches(config, comm.world_size)
+    settings = PPOSettings(config.clip, config.epochs, count, config.ent_coef, config.vf_coef, config.max_grad_norm,
+                           config.clip_vloss, config.norm_adv, config.target_kl, False, config.micro_batches)
+    generator = torch.Generator().manual_seed(1)
+    starts = batch.episode_starts.cpu()
+    seconds: list[float] = []
+    plain_sum = comm.sum_
+
+    def timed_sum(tensor: torch.Tensor) -> None:
+        start = time.perf_counter()
+        plain_sum(tensor)
+        seconds.append(time.perf_counter() - start)
+
+    comm.sum_ = timed_sum
+    ppo_update(agent, optimizer, batch, settings, generator, comm, starts).fetch()  # warm-up
+    seconds.clear()
+    start = time.perf_counter()
+    for _ in range(updates):
+        ppo_update(agent, optimizer, batch, settings, generator, comm, starts).fetch()
+    update_ms = 1e3 * (time.perf_counter() - start) / updates
+    comm.sum_ = plain_sum
+    return {"bytes_per_rank": (sum(p.numel() for p in agent.parameters()) + STEP_STATS) * 4,
+            "per_iteration": config.epochs * count, "median_ms": 1e3 * statistics.median(seconds),
+            "p90_ms": 1e3 * float(np.percentile(seconds, 90)), "mean_ms": 1e3 * statistics.mean(seconds),
+            "update_ms": update_ms}
 
 
 def main() -> None:
@@ -91,24 +127,29 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--num-envs", type=int, default=64)
     parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--updates", type=int, default=20, help="PPO updates of the last row")
     args = parser.parse_args()
     out_file = Path(f"/tmp/bench_collectives_{os.getpid()}.json")
-    os.environ.update(BENCH_CALLS=str(args.calls), BENCH_OUT=str(out_file), OMP_NUM_THREADS="1")
+    os.environ.update(BENCH_CALLS=str(args.calls), BENCH_UPDATES=str(args.updates), BENCH_OUT=str(out_file),
+                      OMP_NUM_THREADS="1")
     config = TrainConfig(distributed=True, num_workers=args.workers, device="cpu", num_envs=args.num_envs)
     code = launch(config, "cpu", worker)
     if code != 0:
         raise SystemExit(code)
     result = json.loads(out_file.read_text())
     out_file.unlink()
-    per_iteration = sum(r["median_ms"] * r["per_iteration"] for r in result.values())
+    inside = result["gradient step, inside an update"]
+    per_iteration = sum(r["median_ms"] * r["per_iteration"] for name, r in result.items() if r is not inside)
     print(f"Collectives of one iteration: {args.workers} gloo workers x {args.num_envs} envs, default flags, "
           f"{args.calls} calls each, {os.cpu_count()} CPUs")
-    print("| collective | bytes per rank | per iteration | median ms | p90 ms | ms per iteration |")
+    print("| collective | bytes per rank | per iteration | median ms | p90 ms | ms per iteration (medians) |")
     print("|---|---|---|---|---|---|")
     for name, r in result.items():
         print(f"| {name} | {r['bytes_per_rank']:,} | {r['per_iteration']} | {r['median_ms']:.3f} | "
               f"{r['p90_ms']:.3f} | {r['median_ms'] * r['per_iteration']:.1f} |")
-    print(f"| all | | | | | {per_iteration:.1f} |")
+    print(f"| all, back to back | | | | | {per_iteration:.1f} |")
+    print(f"The gradient step's sum inside {args.updates} updates: mean {inside['mean_ms']:.3f} ms, "
+          f"{inside['mean_ms'] * inside['per_iteration']:.1f} ms of an update's {inside['update_ms']:.1f} ms")
     print(json.dumps({"bench": "collectives", "workers": args.workers, "num_envs": args.num_envs,
                       "calls": args.calls, "cpus": os.cpu_count(), "collectives": result,
                       "ms_per_iteration": round(per_iteration, 2)}))
