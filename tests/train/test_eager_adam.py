@@ -129,3 +129,35 @@ print(codes, "torch._dynamo" in sys.modules)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.splitlines()[-1] == "[0, 0] False", result.stdout[-2000:]
     assert "Resumed from checkpoints/checkpoint_u00000002.pt at episode 4/6" in result.stdout
+
+
+def test_only_one_known_wrapper_is_taken_off_otherwise_torchs_methods_with_a_warning():
+    import functools
+
+    from ppo_lstm.train import eager_adam
+
+    assert set(eager_adam._METHODS) == set(eager_adam.METHODS)
+    assert all(eager_adam._METHODS[name] is eager_adam.unwrap_guard(getattr(torch.optim.Adam, name))
+               for name in eager_adam.METHODS)  # this torch's methods: one known wrapper each, taken off
+
+    def plain(self):
+        return "plain"
+
+    @functools.wraps(plain)
+    def unknown(self):  # a wrapper defined here, not by torch
+        return plain(self)
+
+    assert eager_adam.unwrap_guard(plain) is None  # no wrapper
+    assert eager_adam.unwrap_guard(unknown) is None  # a wrapper of another kind
+    guarded = torch.optim.Optimizer.zero_grad  # torch's guard around a function ...
+    assert eager_adam.unwrap_guard(guarded) is guarded.__wrapped__
+    twice = functools.wraps(guarded)(lambda self, set_to_none=True: guarded(self, set_to_none))
+    twice.__wrapped__ = guarded  # ... wrapped once more: two layers
+    assert eager_adam.unwrap_guard(twice) is None
+
+    class Rewrapped(torch.optim.Adam):
+        zero_grad = twice
+
+    with pytest.warns(RuntimeWarning, match=r"wraps Rewrapped.zero_grad otherwise than EagerAdam knows"):
+        methods = eager_adam.resolve_methods(Rewrapped)
+    assert all(methods[name] is getattr(Rewrapped, name) for name in eager_adam.METHODS)  # all of torch's own
