@@ -12,6 +12,7 @@ updates and checkpoints are bitwise those of ``torch.optim.Adam`` (``tests/train
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from typing import Any, Callable, Optional
 
@@ -40,7 +41,8 @@ def resolve_methods(cls: type = torch.optim.Adam) -> dict[str, Callable[..., Any
     missing = [name for name, inner in unwrapped.items() if inner is None]
     if not missing:
         return unwrapped  # type: ignore[return-value]
-    warnings.warn(f"this torch wraps {cls.__name__}.{', '.join(missing)} otherwise than EagerAdam knows; "
+    why = " (torch._dynamo, imported already, wraps them again)" if "torch._dynamo" in sys.modules else ""
+    warnings.warn(f"this torch wraps {cls.__name__}.{', '.join(missing)} otherwise than EagerAdam knows{why}; "
                   f"it trains with torch's own methods (each process then imports torch._dynamo, a few seconds)",
                   RuntimeWarning, stacklevel=2)
     return {name: getattr(cls, name) for name in METHODS}
