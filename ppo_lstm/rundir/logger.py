@@ -55,14 +55,16 @@ class RunLogger:
 
     def __init__(self, log_file: str, metrics_file: Path, total_episodes: Optional[int], done_episodes: int,
                  progress: bool, tensorboard_dir: Optional[Path] = None, console: Optional[TextIO] = None,
-                 extra_columns: tuple[str, ...] = (), run_log: Optional[Path] = None) -> None:
+                 extra_columns: tuple[str, ...] = (), run_log: Optional[Path] = None,
+                 resumed_at_update: Optional[int] = None) -> None:
         """``log_file`` is ``--log-file`` (``./training.log``, which every run started in a
         directory appends to); ``run_log`` the run dir's own log, which holds this run's
         lines only (once, when it is ``log_file`` itself). ``extra_columns``: metrics.csv
         columns after :data:`METRIC_COLUMNS` (per-instrument hold-out figures); an existing file
         that lacks some is rewritten with them. ``console``: where the console lines go
         (default: whatever ``sys.stdout`` is when a line is written, so a redirection of it
-        made after this logger was built is followed)."""
+        made after this logger was built is followed). ``resumed_at_update``: the update of the
+        checkpoint a resume starts from; metrics.csv's rows of later updates are dropped."""
         self._console = console
         paths = [Path(log_file)]
         if run_log is not None:
@@ -74,7 +76,7 @@ class RunLogger:
         metrics_file.parent.mkdir(parents=True, exist_ok=True)
         new_metrics = not metrics_file.exists() or metrics_file.stat().st_size == 0
         columns = (METRIC_COLUMNS + extra_columns if new_metrics
-                   else upgrade_metrics_header(metrics_file, extra_columns))
+                   else upgrade_metrics_header(metrics_file, extra_columns, resumed_at_update))
         self._metrics = open(metrics_file, "a", newline="", encoding="utf-8")
         self._csv = csv.DictWriter(self._metrics, fieldnames=columns)
         if new_metrics:
@@ -133,28 +135,40 @@ class RunLogger:
             self._tb.close()
 
 
-def upgrade_metrics_header(path: Path, extra_columns: tuple[str, ...] = ()) -> tuple[str, ...]:
+def upgrade_metrics_header(path: Path, extra_columns: tuple[str, ...] = (),
+                           through_update: Optional[int] = None) -> tuple[str, ...]:
     """The columns to append to an existing metrics.csv with. A file that lacks some of
     today's columns or of ``extra_columns`` (written by an older version, or before an
     instrument was added) is rewritten in place, atomically, under today's header and the
-    extra columns, its rows' new cells empty; columns it has that those lack are kept at the end."""
+    extra columns, its rows' new cells empty; columns it has that those lack are kept at the end.
+    ``through_update``: a resume's checkpoint update; rows of later updates, which a run stopped
+    between checkpoints wrote and the resume makes again, are dropped the same way."""
     with open(path, newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
         old = tuple(reader.fieldnames or ())
-        if set(METRIC_COLUMNS + extra_columns) <= set(old):
-            return old
         rows = list(reader)
+    kept = [row for row in rows if through_update is None or not _after(row, through_update)]
+    if set(METRIC_COLUMNS + extra_columns) <= set(old) and len(kept) == len(rows):
+        return old
     wanted = METRIC_COLUMNS + tuple(extra_columns)
     columns = wanted + tuple(c for c in old if c not in wanted)
     text = io.StringIO(newline="")
     writer = csv.DictWriter(text, fieldnames=columns)
     writer.writeheader()
-    writer.writerows({key: row.get(key) or "" for key in columns} for row in rows)
+    writer.writerows({key: row.get(key) or "" for key in columns} for row in kept)
     try:
         atomic_write_bytes(path, lambda handle: handle.write(text.getvalue().encode("utf-8")))
     except CheckpointError as err:
         raise UsageError(str(err)) from None
     return columns
+
+
+def _after(row: dict[str, str], update: int) -> bool:
+    """Whether metrics.csv ``row`` is of an update after ``update``."""
+    try:
+        return int(row.get("update") or 0) > update
+    except ValueError:
+        return False
 
 
 class NullLogger:

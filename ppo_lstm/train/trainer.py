@@ -105,7 +105,7 @@ class Trainer:
                 self.state.global_episodes,
                 config.progress, run_dir / "tb" if config.tensorboard else None,
                 extra_columns=self.holdout.extra_columns() if self.holdout is not None else (),
-                run_log=run_dir / RUN_LOG_NAME)
+                run_log=run_dir / RUN_LOG_NAME, resumed_at_update=self.state.update if self.resumed_from else None)
         else:
             self.log = NullLogger()
         self.guard = UpdateGuard(self.agent, self.optimizer, self.world_size, self.log)  # undoes non-finite updates

@@ -61,3 +61,24 @@ def test_console_lines_follow_a_redirection_of_stdout_made_after_the_logger(tmp_
         log.line("Episode 2/4")
     log.close()
     assert chosen.getvalue() == "Episode 2/4\n"
+
+
+def test_a_resume_drops_the_metrics_rows_written_after_its_checkpoint(tmp_path, monkeypatch):
+    """A run stopped between checkpoints (here: its last checkpoint removed, as after a kill)
+    wrote metrics rows past the checkpoint it resumes from; the resume makes those updates
+    again, and metrics.csv then holds each update once."""
+    import csv
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["--episodes", "12", "--checkpoint-dir", "a", "--checkpoint-interval", "8", *TINY]) == 0
+    (Path("a") / "checkpoint_u00000006.pt").unlink()
+    (Path("a") / "latest").write_text("checkpoint_u00000004.pt\n")
+    with open("a/metrics.csv", newline="") as handle:
+        before = list(csv.DictReader(handle))
+    assert [row["update"] for row in before] == ["1", "2", "3", "4", "5", "6"]
+    assert main(["--episodes", "12", "--checkpoint-dir", "a", "--resume", *TINY]) == 0
+    with open("a/metrics.csv", newline="") as handle:
+        after = list(csv.DictReader(handle))
+    assert [row["update"] for row in after] == ["1", "2", "3", "4", "5", "6"]
+    assert after[:4] == before[:4]  # the rows up to the checkpoint, as they were
+    assert [row["policy_loss"] for row in after[4:]] == [row["policy_loss"] for row in before[4:]]  # made again
