@@ -6,5 +6,6 @@
 - ``processes.py``: the simulated price processes (GBM, OU, regime, jump, GARCH, mixed),
   price paths from their variates;
 - ``variates.py``: ``VariatePool``, each env's random variates drawn several episodes ahead;
-- ``historical.py``: ``HistoricalMarket``, an episode is a random start offset into a data file.
+- ``historical.py``: ``HistoricalMarket``, an episode is a random start offset into a data file;
+- ``file_columns.py``: a file's observation columns, computed once per file and setting.
 """

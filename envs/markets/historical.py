@@ -1,8 +1,8 @@
 """Historical market source: an episode is a random start offset into a data file (or
 into one of several files, each an instrument).
 
-Nothing is copied per episode: the file's normalised returns are computed once
-(``envs.observation.normalised_returns``); a reset copies each env's slice of them
+Nothing is copied per episode: the file's normalised returns and features are computed once
+per file and setting (``envs.markets.file_columns``); a reset copies each env's slice of them
 into ``z`` (one raw item per env) and a step gathers the N fills and marks from the
 shared price arrays. Start offsets come from per-env pools of uniforms.
 """
@@ -15,10 +15,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from envs.config import EnvConfig
-from envs.data.features import feature_zscores
 from envs.markets.base import Market, Rows
-from envs.ema_deviation import ema_deviations
-from envs.observation import normalised_returns, rolling_rms
+from envs.markets.file_columns import file_columns
 from envs.markets.variates import VariatePool
 
 if TYPE_CHECKING:
@@ -74,16 +72,10 @@ class HistoricalMarket(Market):
             lo, hi, top = self._window_range(one, sp, names)
             o = np.ascontiguousarray(one.open, dtype=np.float64)
             c = np.ascontiguousarray(one.close, dtype=np.float64)
-            zdata = np.zeros(len(c), np.float32)  # bar b's normalised return at b-1; zeros past hi-1
-            zdata[: hi - 1] = normalised_returns(c[:hi], self.W)
+            # bar b's normalised return at b-1 (zeros past hi-1), and its features; once per file and setting
+            zdata, fz = file_columns(one, hi, self.W, tuple(names), config.feature_window, tuple(ema_spans))
             opens.append(o), closes.append(c), zs.append(zdata)
             if F:
-                fz = np.zeros((len(c), F), np.float32)
-                if names:
-                    fz[:hi, :len(names)] = feature_zscores(one.features[:hi], config.feature_window)
-                if ema_spans:
-                    rms = rolling_rms(c[:hi], self.W)[:, None]
-                    fz[:hi, len(names):] = ema_deviations(o[:1], c[:hi, None], rms, self.W, ema_spans)[:, 0]
                 fs.append(fz)
             self.base.append(base)
             los.append(base + lo)

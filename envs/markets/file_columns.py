@@ -1,0 +1,60 @@
+"""A data file's observation columns, computed once per file and setting: the normalised
+returns, the feature columns' z-scores and the EMA deviations of its bars ``0..hi-1``.
+
+Every market built on the same :class:`~envs.data.MarketData` object with the same
+settings (each hold-out backtest of a run, each walk-forward trade of a window) reads
+the same read-only arrays instead of recomputing them over the whole file.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Optional
+
+import numpy as np
+
+from envs.data.features import feature_zscores
+from envs.ema_deviation import ema_deviations
+from envs.observation import normalised_returns, rolling_rms
+
+if TYPE_CHECKING:
+    from envs.data import MarketData
+
+Key = tuple[int, int, tuple[str, ...], int, tuple[int, ...]]
+_KEPT_PER_FILE = 4  # settings kept per file: a run uses one or two (training span, hold-out span)
+_CACHE: "weakref.WeakKeyDictionary[MarketData, dict[Key, tuple[np.ndarray, Optional[np.ndarray]]]]" = \
+    weakref.WeakKeyDictionary()
+
+
+def file_columns(data: MarketData, hi: int, window: int, names: tuple[str, ...], feature_window: int,
+                 spans: tuple[int, ...]) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """``(z, f)`` of ``data``'s bars ``0..hi-1``, both read-only: ``z`` ``[n]`` float32, bar b's
+    normalised return (``window`` bars) at ``b - 1`` and zeros from ``hi - 1`` on; ``f`` ``[n, F]``
+    float32, the ``names`` columns' z-scores over ``feature_window`` rows, then the deviations from
+    the EMAs of ``spans``, zeros from ``hi`` on (None without either)."""
+    key = (hi, window, names, feature_window, spans)
+    kept = _CACHE.setdefault(data, {})
+    if key not in kept:
+        if len(kept) >= _KEPT_PER_FILE:
+            kept.pop(next(iter(kept)))
+        kept[key] = _compute(data, *key)
+    return kept[key]
+
+
+def _compute(data: MarketData, hi: int, window: int, names: tuple[str, ...], feature_window: int,
+             spans: tuple[int, ...]) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    o = np.ascontiguousarray(data.open, dtype=np.float64)
+    c = np.ascontiguousarray(data.close, dtype=np.float64)
+    z = np.zeros(len(c), np.float32)
+    z[: hi - 1] = normalised_returns(c[:hi], window)
+    z.flags.writeable = False
+    if not (names or spans):
+        return z, None
+    f = np.zeros((len(c), len(names) + len(spans)), np.float32)
+    if names:
+        assert data.features is not None
+        f[:hi, :len(names)] = feature_zscores(data.features[:hi], feature_window)
+    if spans:
+        rms = rolling_rms(c[:hi], window)[:, None]
+        f[:hi, len(names):] = ema_deviations(o[:1], c[:hi, None], rms, window, spans)[:, 0]
+    f.flags.writeable = False
+    return z, f
