@@ -7,6 +7,7 @@
 - ``store.py``: the sessions by name, the state dir (its lock, the state files, loading them at start);
 - ``session.py``: one session: its ``TradingPolicy`` stream, the one-bar-once rule, the state written
   before each answer, gaps;
+- ``state_files.py``: a session's state files, one generation per change, each renamed to a fresh name;
 - ``history.py``: a session's history through the data loader, its chain before the last bar, its widest gap;
 - ``access.py``: the bind address, the bearer token, the body size limit (ASGI middleware);
 - ``errors.py``: ``RequestError``, a refused request and its HTTP status.

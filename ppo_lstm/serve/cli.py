@@ -27,6 +27,7 @@ from .access import check_bind, read_token
 from .store import SessionStore, lock_state_dir
 
 MAX_BODY = 8 * 1024 * 1024
+KEEP_ALIVE_S = 75  # an idle connection is kept this long (uvicorn's 5 s would drop a client between minute bars)
 
 
 def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
@@ -136,7 +137,7 @@ def serve(app: Any, sock: socket.socket, log_level: str) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):  # uvicorn re-raises the signal it stopped on: end with 0 instead
         signal.signal(sig, lambda signum, _: stopped.append(signum))
     config = uvicorn.Config(app, log_level=log_level, access_log=log_level in ("info", "debug"),
-                            timeout_graceful_shutdown=30, lifespan="on")
+                            timeout_graceful_shutdown=30, timeout_keep_alive=KEEP_ALIVE_S, lifespan="on")
     uvicorn.Server(config).run(sockets=[sock])
 
 
