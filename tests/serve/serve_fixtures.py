@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import httpx
 import pandas as pd
@@ -31,6 +31,8 @@ class Server:
     """One ``python -m ppo_lstm.serve`` process on a free port of 127.0.0.1 (``--port 0``: the port it
     prints), its output in temp files; started at once, ``ready()`` waits for it."""
 
+    started: list["Server"] = []  # every Server of this pytest process
+
     def __init__(self, *args: object, state_dir: Path, token: Optional[str] = None) -> None:
         self.state_dir, self.token = Path(state_dir), token
         self._out, self._err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
@@ -40,6 +42,7 @@ class Server:
                                         start_new_session=True)
         self.url = ""
         self.client = httpx.Client(timeout=30.0)
+        Server.started.append(self)
 
     def ready(self) -> "Server":
         """Wait for the server's ``serving`` line; then ``url`` and ``client`` (with the token) talk to it."""
@@ -83,6 +86,18 @@ class Server:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         return self.process.wait(timeout=60)
+
+
+@pytest.fixture(autouse=True)
+def no_server_outlives_its_test() -> Iterator[None]:
+    """Kill the servers a test started and left running (an assertion failed before it stopped them);
+    a module's shared server is stopped by its own fixture."""
+    before = len(Server.started)
+    yield
+    for server in Server.started[before:]:
+        if server.process.poll() is None:
+            server.kill()
+    del Server.started[before:]
 
 
 def _read(handle: Any) -> str:

@@ -17,8 +17,8 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("onnxruntime")
 
-from serve_fixtures import (Server, bar_bodies, featured_run, latest_state, run_server_command,  # noqa: E402
-                            shared_onnx)
+from serve_fixtures import (Server, bar_bodies, featured_run, latest_state, no_server_outlives_its_test,  # noqa: E402,F401
+                            run_server_command, shared_onnx)
 from ppo_lstm.deploy.policy import TradingPolicy  # noqa: E402
 
 pytestmark = pytest.mark.e2e
