@@ -70,6 +70,8 @@ COMMANDS = [
      ("ppo_lstm.deploy.predict",)),
     ("export-ppo-lstm", "export-ppo-lstm", "`export-ppo-lstm`",
      ("ppo_lstm.deploy.export_onnx",)),
+    ("serve-ppo-lstm", "serve-ppo-lstm", "`serve-ppo-lstm` or `python -m ppo_lstm.serve` (needs the `serve` extra)",
+     ("ppo_lstm.serve.cli",)),
     ("walkforward-ppo-lstm", "walkforward-ppo-lstm",
      "`walkforward-ppo-lstm` or `python -m ppo_lstm.walkforward` (every training flag, and the walk-forward's)",
      ("ppo_lstm.walkforward.config",)),

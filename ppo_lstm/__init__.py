@@ -13,7 +13,7 @@ The public API (imported lazily: ``import ppo_lstm`` does not import torch)::
 
 Sub-packages: ``algo`` (agent, rollout, PPO), ``train`` (trainer, workers), ``rundir``
 (checkpoints, lock, logs), ``evaluation`` (backtests, reports), ``deploy`` (streaming
-policy, ONNX), ``walkforward`` (walk-forward evaluation and its verdict), ``distributed``
+policy, ONNX), ``serve`` (the policy as an HTTP server), ``walkforward`` (walk-forward evaluation and its verdict), ``distributed``
 (everything that knows about ranks).
 """
 from __future__ import annotations
