@@ -2,7 +2,7 @@
 workers, and what happens when one fails.
 
 The rest of the code sees a :class:`Comm`: ``rank``, ``world_size``, ``gather``,
-``mean`` (plus ``sum``, ``gather_objects``, ``barrier`` and ``broadcast_``). One
+``mean`` (plus ``sum``, ``sum_``, ``gather_objects``, ``barrier`` and ``broadcast_``). One
 process is a :class:`LocalComm`; a torch.distributed worker is a :class:`TorchComm`.
 
 - ``comm.py``: the Comm interface, LocalComm, TorchComm, the parameter sync check;

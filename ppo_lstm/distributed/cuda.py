@@ -11,7 +11,7 @@ Numerics (:func:`configure_numerics`), set in every GPU worker before its first 
   convolution ``fp32_precision``, and raises "a mix of the legacy and new APIs" when
   they differ;
 - with ``--deterministic`` (the default), cuBLAS and cuDNN use deterministic algorithms,
-  so ranks that run the same update on the same batch stay bitwise equal;
+  so runs of one seed repeat bit for bit;
 - ``torch.utils.deterministic.fill_uninitialized_memory`` is off. Deterministic mode
   turns it on, and then every ``torch.empty`` is filled with NaN before use: a debugging
   aid that cost 1,434 of 5,996 kernels per training iteration of 16 gradient steps here
