@@ -3,11 +3,13 @@ collide (the faults within one run: ``test_fault_injection.py``).
 
  1. A second run on the same checkpoint directory
     -> exit 2 with a clear line while the first runs; the lock file is gone after.
- 2. A failure on one rank mid-run (an unexpected exception on rank 1 or 0; rank 0
-    unable to write a checkpoint), under spawn and torchrun
+ 2. A failure on one rank mid-run (an unexpected exception on rank 1 or 0, also between
+    two of an update's gradient-step sums; rank 0 unable to write a checkpoint), under
+    spawn and torchrun
     -> the job ends within seconds, exit 1: the failing rank's one line (plus the
        traceback of an unexpected exception), one "stopped" line per other rank, no
        gloo errors, no process left.
+ 3. A rank that stalls inside an update -> the job ends within --dist-timeout, one line per rank.
 """
 from __future__ import annotations
 
@@ -160,4 +162,50 @@ def test_a_rank_busy_outside_collectives_is_stopped_by_the_failure_alarm(tmp_pat
     assert seconds < ENDS_WITHIN
     assert result.returncode == 1
     assert result.error_lines() == ["error: rank 1: the disk is full", "rank 0 stopped: rank 1 failed"]
+    assert_no_process_left(tmp_path)
+
+
+MID_UPDATE_SCRIPT = """
+import sys, time
+from ppo_lstm.config import parse_command_line
+from ppo_lstm.distributed import TorchComm, launch
+from ppo_lstm.train.worker import train_worker
+
+MODE = sys.argv.pop(1)
+plain_sum = TorchComm.sum_
+calls = [0]
+
+def sum_(self, tensor):  # rank 1, at its 40th gradient step's sum: inside an update
+    calls[0] += 1
+    if self.rank == 1 and calls[0] == 40:
+        if MODE == "fail":
+            raise RuntimeError("the share's backward failed")
+        time.sleep(600)  # alive but stuck: nobody reports a failure
+    return plain_sum(self, tensor)
+
+TorchComm.sum_ = sum_
+sys.exit(launch(parse_command_line(sys.argv[1:]).config, "cpu", train_worker))
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("mode", ["fail", "stall"])
+def test_a_rank_that_fails_or_stalls_inside_an_update_ends_the_job(tmp_path, mode):
+    """Rank 1 fails, or stops, between two of an update's gradient-step sums while rank 0
+    waits in the next one: a failure ends the job within seconds (rank 0 is told through the
+    rendezvous store), a stall within --dist-timeout; one line per rank, no process left."""
+    (tmp_path / "job.py").write_text(MID_UPDATE_SCRIPT)
+    run = Run(tmp_path, [mode, *TINY, *SPAWN2, *LONG, "--dist-timeout", "5"], launcher=[sys.executable, "job.py"])
+    result, seconds = wait_for_failure(run, "error: rank 1: " if mode == "fail" else "rank 0 stopped: ")
+    assert seconds < ENDS_WITHIN
+    assert result.returncode == 1, result.output
+    lines = result.error_lines()
+    if mode == "fail":
+        assert "error: rank 1: RuntimeError: the share's backward failed" in lines, result.stderr
+        assert "rank 0 stopped: rank 1 failed" in lines, result.stderr
+    else:  # rank 0's sum outlives --dist-timeout; rank 1, still asleep, is stopped through the store
+        assert any(line.startswith("rank 0 stopped: a collective failed (all_reduce: ") for line in lines), \
+            result.stderr
+        assert "rank 1 stopped: rank 0 lost contact with the other ranks" in lines, result.stderr
+    assert_no_peer_noise(result)
     assert_no_process_left(tmp_path)
