@@ -86,13 +86,14 @@ def worker(config: TrainConfig, w) -> int:
     out["gradient step, inside an update"] = in_updates(config, comm, exchange(comm, local, records, False, 0, 1.0,
                                                                              capacity)[0])
     if comm.rank == 0:
-        print(json.dumps(out), file=open(os.environ["BENCH_OUT"], "w"))
+        Path(os.environ["BENCH_OUT"]).write_text(json.dumps(out) + "\n")
     return 0
 
 
 def in_updates(config: TrainConfig, comm, batch) -> dict:
     """The gradient step's sum timed inside real PPO updates on the combined ``batch`` ``[T, N*W]``."""
     updates = int(os.environ["BENCH_UPDATES"])
+    torch.manual_seed(config.seed)  # the same weights on every rank, as the trainer's
     agent = build_agent(config)
     optimizer = build_optimizer(config, agent, comm.world_size)
     count = minibatches(config, comm.world_size)
