@@ -17,12 +17,25 @@ functions read a :class:`~ppo_lstm.config.TrainConfig`.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Any, Optional, Protocol
 
 from .errors import UsageError
 
-if TYPE_CHECKING:
-    from .config import TrainConfig
+
+class BatchSettings(Protocol):
+    """The settings the rule reads, as a :class:`~ppo_lstm.config.TrainConfig` holds them (a protocol,
+    so the rule imports nothing from the config module, which imports it)."""
+
+    num_envs: int
+    rollout_steps: Optional[int]
+    update_interval: Optional[int]
+    minibatches: Optional[int]
+    rate_cap: float
+    learning_rate_actor: Optional[float]
+    learning_rate_critic: Optional[float]
+    epochs: int
+    episodes: int
+    env: Any  # an EnvConfig: its episode_length
 
 STEPS_PER_ENV = 16  # rollout length T of every env per update, unless --rollout-steps or --update-interval set it
 SHORT_STEPS = 8  # ... but this many from SHORT_FROM to FULL_FROM - 1 env sequences (rule_steps)
@@ -47,14 +60,14 @@ def rule_steps(sequences: int) -> int:
     return SHORT_STEPS if SHORT_FROM <= sequences < FULL_FROM else STEPS_PER_ENV
 
 
-def rollout_steps(config: TrainConfig, world_size: int = 1) -> int:
+def rollout_steps(config: BatchSettings, world_size: int = 1) -> int:
     """T when ``--update-interval`` is not given: ``--rollout-steps``, else :func:`rule_steps`."""
     if config.rollout_steps is not None:
         return config.rollout_steps
     return rule_steps(config.num_envs * world_size)
 
 
-def update_batch(config: TrainConfig, world_size: int = 1) -> int:
+def update_batch(config: BatchSettings, world_size: int = 1) -> int:
     """U, the transitions of one update over all workers: ``--update-interval`` when given
     (a global batch, whatever the worker count), else :func:`rollout_steps` steps of every
     env of every worker, so the batch grows with ``--num-envs`` and the worker count."""
@@ -92,7 +105,7 @@ def rule_minibatches(sequences: int, steps: int = STEPS_PER_ENV) -> int:
     return max(fits, default=1)
 
 
-def minibatches(config: TrainConfig, world_size: int = 1) -> int:
+def minibatches(config: BatchSettings, world_size: int = 1) -> int:
     """The minibatches of one update: ``--minibatches`` when given, else :func:`rule_minibatches`
     of the batch's env sequences (envs x workers) and their steps."""
     if config.minibatches is not None:
@@ -101,7 +114,7 @@ def minibatches(config: TrainConfig, world_size: int = 1) -> int:
     return rule_minibatches(sequences, update_batch(config, world_size) // sequences)
 
 
-def rate_basis(config: TrainConfig, world_size: int = 1) -> tuple[int, int]:
+def rate_basis(config: BatchSettings, world_size: int = 1) -> tuple[int, int]:
     """(transitions, base): the rates scale by sqrt(transitions / base). Where the rule picked
     fewer than :data:`MAX_MINIBATCHES` minibatches, the minibatch (U / :func:`minibatches`)
     against :data:`BASE_MINIBATCH`; else the batch U against :data:`BASE_BATCH` (with
@@ -113,13 +126,13 @@ def rate_basis(config: TrainConfig, world_size: int = 1) -> tuple[int, int]:
     return u // count, BASE_MINIBATCH
 
 
-def rate_scale(config: TrainConfig, world_size: int = 1) -> float:
+def rate_scale(config: BatchSettings, world_size: int = 1) -> float:
     """min(sqrt(transitions / base), ``--rate-cap``) of :func:`rate_basis`."""
     transitions, base = rate_basis(config, world_size)
     return batch_rate_scale(transitions, config.rate_cap, base)
 
 
-def learning_rates(config: TrainConfig, world_size: int = 1) -> tuple[float, float]:
+def learning_rates(config: BatchSettings, world_size: int = 1) -> tuple[float, float]:
     """The (actor, critic) Adam rates a run trains at, before annealing: each given rate as
     it is, each left out as :data:`BASE_RATES` x :func:`rate_scale`."""
     scale = rate_scale(config, world_size)
@@ -128,7 +141,7 @@ def learning_rates(config: TrainConfig, world_size: int = 1) -> tuple[float, flo
             BASE_RATES[1] * scale if critic is None else critic)
 
 
-def describe_batch(config: TrainConfig, world_size: int = 1) -> str:
+def describe_batch(config: BatchSettings, world_size: int = 1) -> str:
     """The start-up line's account of the batch and the rates: its split, the rule or the
     flags that set each, so a user sees what ``--num-envs`` and the workers picked."""
     u, n, t = update_batch(config, world_size), config.num_envs, steps_per_env(config, world_size)
@@ -167,7 +180,7 @@ def _scale_text(transitions: int, base: int, cap: float) -> str:
             else f"x{cap:g}, the cap (--rate-cap), as sqrt({transitions}/{base}{what}) = {root:.3g} is more")
 
 
-def steps_per_env(config: TrainConfig, world_size: int = 1) -> int:
+def steps_per_env(config: BatchSettings, world_size: int = 1) -> int:
     """Rollout length T: each of a worker's envs steps U / (world_size * num_envs) times."""
     u, n, w = update_batch(config, world_size), config.num_envs, world_size
     if u % (n * w):
@@ -179,6 +192,6 @@ def steps_per_env(config: TrainConfig, world_size: int = 1) -> int:
     return u // (n * w)
 
 
-def total_updates(config: TrainConfig, world_size: int = 1) -> int:
+def total_updates(config: BatchSettings, world_size: int = 1) -> int:
     """The updates a run of ``--episodes`` makes (at least 1), over which ``--anneal-lr`` runs."""
     return max(1, math.ceil(config.episodes * config.env.episode_length / update_batch(config, world_size)))

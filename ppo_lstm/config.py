@@ -27,8 +27,8 @@ from .config_file import (DefaultsHelpFormatter, ParsedArgs, add_config_options,
 from .batch_rule import (BASE_BATCH, BASE_MINIBATCH, BASE_RATES, DEFAULT_RATE_CAP, FULL_FROM, MAX_MINIBATCHES,
                          MIN_MINIBATCH, MIN_SEQUENCES, SAVED_RATE_CAP, SHORT_FROM, SHORT_STEPS, STEPS_PER_ENV,
                          minibatches, steps_per_env, update_batch)
+from .config_values import limit_seconds
 from .errors import OneLineParser, UsageError
-from .train.time_limit import limit_seconds
 
 RUN, PPO, MODEL, DIST, ENV = "run", "PPO", "model", "distributed", "environment"
 GROUP_TITLES = {

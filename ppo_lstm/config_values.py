@@ -1,4 +1,5 @@
-"""A config file's values, typed as their flags would type them (:mod:`ppo_lstm.config_file`).
+"""A config file's values, typed as their flags would type them (:mod:`ppo_lstm.config_file`), and
+durations (``--time-limit``, ``--train-for``) in seconds.
 
 :func:`convert` turns one value of a YAML or TOML file into what its argparse option would
 give: through the option's ``type`` and ``choices``, a switch's ``true``/``false``, and a
@@ -9,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from .errors import UsageError
 
@@ -92,3 +95,27 @@ def show(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     return "none" if value is None else str(value)
+
+
+def limit_seconds(text: Optional[str], flag: str = "--time-limit") -> Optional[float]:
+    """Seconds of ``text``: a number of seconds (``600``) or a duration pandas reads (``90s``,
+    ``10min``, ``1h30m``, ``2 hours``); None for None. UsageError (one line, naming ``flag``)
+    for anything else."""
+    if text is None:
+        return None
+    words = str(text).strip()
+    try:
+        seconds = float(words)
+    except ValueError:
+        import pandas as pd  # here, not at the top: most runs start without a duration to read
+
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # pandas warns of some deprecated unit spellings
+                seconds = pd.Timedelta(words).total_seconds()
+        except (ValueError, TypeError):
+            seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise UsageError(f"{flag} takes a positive duration such as 90s, 10min or 1h30m (a bare number is "
+                         f"seconds), got {text!r}")
+    return seconds

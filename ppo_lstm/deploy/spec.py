@@ -3,8 +3,7 @@
 ``StepFn`` is one step of the network for one env; ``ppo_lstm.deploy.torch_step.TorchStep`` is the
 agent's own (``RecurrentActorCritic.step``), ``ppo_lstm.deploy.onnx_model.OnnxStep`` the exported
 graph's. This module imports no torch (the ONNX route runs without it); ``checkpoint_fingerprint``,
-``TorchStep`` and ``checkpoint_step`` live in ``torch_step.py`` and are importable from here too
-(loaded, with torch, on first use).
+``TorchStep`` and ``checkpoint_step`` live in ``torch_step.py``.
 """
 from __future__ import annotations
 
@@ -73,15 +72,3 @@ def env_settings(env: EnvConfig) -> dict[str, Any]:
     if not env.feature_names or env.feature_window == SAVED_FEATURE_WINDOW:
         settings.pop("feature_window", None)
     return settings
-
-
-_TORCH_NAMES = ("checkpoint_fingerprint", "TorchStep", "checkpoint_step")
-
-
-def __getattr__(name: str) -> Any:
-    """The torch-bound names of ``torch_step.py``, imported (with torch) on first use."""
-    if name in _TORCH_NAMES:
-        from . import torch_step
-
-        return getattr(torch_step, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,37 +15,12 @@ warns of that early, from the run's speed, and the stop line says where they sto
 from __future__ import annotations
 
 import math
-import warnings
 from typing import TYPE_CHECKING, Optional
 
-from ..errors import UsageError
+from ..config_values import limit_seconds
 
 if TYPE_CHECKING:
     from ..config import TrainConfig
-
-
-def limit_seconds(text: Optional[str], flag: str = "--time-limit") -> Optional[float]:
-    """Seconds of ``text``: a number of seconds (``600``) or a duration pandas reads (``90s``,
-    ``10min``, ``1h30m``, ``2 hours``); None for None. UsageError (one line, naming ``flag``)
-    for anything else."""
-    if text is None:
-        return None
-    words = str(text).strip()
-    try:
-        seconds = float(words)
-    except ValueError:
-        import pandas as pd  # here, not at the top: most runs start without a duration to read
-
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # pandas warns of some deprecated unit spellings
-                seconds = pd.Timedelta(words).total_seconds()
-        except (ValueError, TypeError):
-            seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise UsageError(f"{flag} takes a positive duration such as 90s, 10min or 1h30m (a bare number is "
-                         f"seconds), got {text!r}")
-    return seconds
 
 
 def schedules_at(config: "TrainConfig", episodes: float) -> tuple[float, float]:

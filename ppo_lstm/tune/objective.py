@@ -48,7 +48,7 @@ import optuna
 
 from ..config import TrainConfig, config_yaml, validate
 from ..errors import UsageError, one_line
-from ..train.time_limit import limit_seconds
+from ..config_values import limit_seconds
 from .holdout_alpha import HoldoutMeasure, read_measure, write_measure
 from .queue import beat
 from .space import Space, apply

@@ -12,7 +12,8 @@ from ppo_lstm.config import TrainConfig
 from ppo_lstm.errors import UsageError
 from ppo_lstm.rundir.checkpoint import CheckpointDir
 from ppo_lstm.train.agreement import agreement_row, read_agreement
-from ppo_lstm.train.time_limit import LimitProjection, limit_seconds, schedules_at, stop_note
+from ppo_lstm.config_values import limit_seconds
+from ppo_lstm.train.time_limit import LimitProjection, schedules_at, stop_note
 
 import numpy as np
 import torch
