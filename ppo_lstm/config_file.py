@@ -20,6 +20,10 @@ the key and line where they are known; only the keys of :data:`OTHER_COMMANDS_KE
 skipped by a command that lacks them. YAML is read with ``yaml.safe_load`` (nothing
 in a file is executed); TOML with :mod:`tomllib` (``tomli`` on Python 3.10).
 
+:func:`settings_or_exit` is the front of a command that takes ``--config`` and ``--json``
+(evaluate-ppo-lstm, predict-ppo-lstm): its settings, or the exit code of a bad file or of
+``--print-config``.
+
 :func:`add_field_flag` makes a dataclass field a flag (its default, type and ``help``
 metadata), so a configuration dataclass is the one place each flag is written.
 
@@ -41,7 +45,7 @@ from typing import Any, Iterable, Optional
 import yaml
 
 from .config_values import _is_paired_switch, _kind_of, convert, show
-from .errors import Switch, UsageError, one_line
+from .errors import EXIT_USAGE, Switch, UsageError, one_line
 
 CONFIG_DEST, PRINT_DEST = "config_file", "print_config"  # the two options of this module
 # Keys of one command that a file written for several may hold: a command without the option
@@ -365,3 +369,24 @@ def _plain(value: Any, default: Any = None) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(item) for item in value]
     return value
+
+
+def settings_or_exit(parser: argparse.ArgumentParser, argv: Optional[list[str]], verb: str,
+                     ) -> tuple[Optional[argparse.Namespace], int]:
+    """The front of a command with ``--config`` and ``--json`` (evaluate-ppo-lstm, predict-ppo-lstm): its settings
+    and 0 to go on, or None and the exit code when it is done (a bad file: one line on stderr,
+    2; ``--print-config``: the settings printed, 0). Prints the file's start-up line, on
+    stderr under ``--json`` so that stdout stays one JSON object."""
+    try:
+        parsed = parse_args(parser, argv)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None, EXIT_USAGE
+    if parsed.print_config:
+        sys.stdout.write(dump_settings(parser, vars(parsed.namespace), (f"Resolved settings; {verb} with: "
+                                                                        f"--config FILE",)))
+        return None, 0
+    note = parsed.describe()
+    if note is not None:
+        print(note, file=sys.stderr if parsed.namespace.json else sys.stdout)
+    return parsed.namespace, 0

@@ -36,31 +36,10 @@ import pandas as pd
 
 from envs.data import DataError, date_span
 
-from ..config_file import add_config_options, dump_settings, parse_args
+from ..config_file import add_config_options, settings_or_exit
 from ..errors import EXIT_USAGE, OneLineParser, Switch, UsageError, one_line
 from .policy import Decision, TradingPolicy, as_market_data, parse_start
 from .state import STATE_VERSION, state_lock
-
-
-def settings_or_exit(parser: argparse.ArgumentParser, argv: Optional[list[str]], verb: str,
-                     ) -> tuple[Optional[argparse.Namespace], int]:
-    """The front of the command (``evaluate-ppo-lstm``'s, without its torch import): its settings and 0 to
-    go on, or None and the exit code when it is done (a bad ``--config`` file: one line on stderr, 2;
-    ``--print-config``: the settings printed, 0). Prints the file's start-up line, on stderr under
-    ``--json`` so that stdout stays one JSON object."""
-    try:
-        parsed = parse_args(parser, argv)
-    except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return None, EXIT_USAGE
-    if parsed.print_config:
-        sys.stdout.write(dump_settings(parser, vars(parsed.namespace), (f"Resolved settings; {verb} with: "
-                                                                        f"--config FILE",)))
-        return None, 0
-    note = parsed.describe()
-    if note is not None:
-        print(note, file=sys.stderr if parsed.namespace.json else sys.stdout)
-    return parsed.namespace, 0
 
 
 def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:

@@ -33,7 +33,7 @@ from ..algo.agent import RecurrentActorCritic
 from .backtest import BacktestResult, backtest_history, backtest_simulated, first_decision_bar
 from .loading import checkpoint_file, load_policy, load_policy_and_data, mark_training_bars  # noqa: F401 - re-exported
 from ..config import TrainConfig
-from ..config_file import add_config_options, dump_settings, parse_args
+from ..config_file import add_config_options, settings_or_exit
 from ..distributed.cuda import configure_numerics
 from ..distributed.devices import resolve_device
 from ..errors import EXIT_USAGE, OneLineParser, Switch, UsageError
@@ -274,27 +274,6 @@ def plot_paths(base: Path, names: list[str]) -> dict[str, Path]:
 
 def default_prog() -> Optional[str]:
     return "evaluate-ppo-lstm" if os.path.basename(sys.argv[0]) == "evaluate-ppo-lstm" else None
-
-
-def settings_or_exit(parser: argparse.ArgumentParser, argv: Optional[list[str]], verb: str,
-                     ) -> tuple[Optional[argparse.Namespace], int]:
-    """The front of a command with ``--config`` and ``--json`` (evaluate-ppo-lstm, predict-ppo-lstm): its settings
-    and 0 to go on, or None and the exit code when it is done (a bad file: one line on stderr,
-    2; ``--print-config``: the settings printed, 0). Prints the file's start-up line, on
-    stderr under ``--json`` so that stdout stays one JSON object."""
-    try:
-        parsed = parse_args(parser, argv)
-    except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return None, EXIT_USAGE
-    if parsed.print_config:
-        sys.stdout.write(dump_settings(parser, vars(parsed.namespace), (f"Resolved settings; {verb} with: "
-                                                                        f"--config FILE",)))
-        return None, 0
-    note = parsed.describe()
-    if note is not None:
-        print(note, file=sys.stderr if parsed.namespace.json else sys.stdout)
-    return parsed.namespace, 0
 
 
 def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:

@@ -1,15 +1,13 @@
 """``RunLock``: one training job per run dir, held by rank 0 for the whole run (an advisory
-``flock`` on ``<checkpoint-dir>/.lock``, released by the kernel when the process ends).
-``waiting_lock``: the same kind of lock on any file, waiting a bounded time for its holder
-(``predict-ppo-lstm --state``)."""
+``flock`` on ``<checkpoint-dir>/.lock``, released by the kernel when the process ends). The
+same kind of lock on any file, waiting a bounded time for its holder (``predict-ppo-lstm
+--state``), is ``ppo_lstm.deploy.files.waiting_lock``, which imports no torch."""
 from __future__ import annotations
 
 import fcntl
 import os
-import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from ..errors import UsageError
 from .checkpoint import LOCK_NAME
@@ -73,46 +71,3 @@ class RunLock:
 
     def __exit__(self, *_: Any) -> None:
         self.release()
-
-
-@contextmanager
-def waiting_lock(path: Path, wait_s: float, busy: str) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created if missing, never through a symlink) for
-    the ``with`` block, then remove it (as :class:`RunLock`). While another process holds it,
-    retry for up to ``wait_s`` seconds, then UsageError(``busy``)."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-        except OSError as err:
-            raise UsageError(f"cannot lock {path}: {err.strerror or err}; remove it if it is not a plain file, or "
-                             f"check that its directory is writable") from None
-        try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise UsageError(busy) from None
-                    time.sleep(0.05)
-            held, on_disk = os.fstat(fd), _stat(path)
-        except BaseException:
-            os.close(fd)
-            raise
-        if on_disk is not None and (held.st_dev, held.st_ino) == (on_disk.st_dev, on_disk.st_ino):
-            break
-        os.close(fd)  # its holder removed this file after we opened it: lock the one now at the path
-    try:
-        yield
-    finally:
-        path.unlink(missing_ok=True)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
-
-
-def _stat(path: Path) -> Optional[os.stat_result]:
-    try:
-        return os.stat(path, follow_symlinks=False)
-    except FileNotFoundError:
-        return None

@@ -147,3 +147,15 @@ def bar_bodies(prices: Path) -> list[dict[str, Any]]:
     return [{"time": row.Date, "open": row.Open, "high": row.High, "low": row.Low, "close": row.Close,
              "volume": float(row.Volume), "features": {"Vol_Z": value(row.Vol_Z), "mom": value(row.mom)}}
             for row in frame.itertuples()]
+
+
+@pytest.fixture(scope="module")
+def bodies(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """The shared featured run's price file as bar bodies, oldest first."""
+    return bar_bodies(featured_run(tmp_path_factory) / "prices.csv")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shared featured run's ONNX export."""
+    return shared_onnx(tmp_path_factory)

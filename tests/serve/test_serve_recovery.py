@@ -17,22 +17,12 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("onnxruntime")
 
-from serve_fixtures import (Server, bar_bodies, featured_run, latest_state, no_server_outlives_its_test,  # noqa: E402,F401
-                            run_server_command, shared_onnx)
+from serve_fixtures import (Server, bodies, latest_state, model, no_server_outlives_its_test,  # noqa: E402,F401
+                            run_server_command)
 from ppo_lstm.deploy.policy import TradingPolicy  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 HISTORY = 100
-
-
-@pytest.fixture(scope="module")
-def bodies(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    return bar_bodies(featured_run(tmp_path_factory) / "prices.csv")
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_onnx(tmp_path_factory)
 
 
 def uninterrupted(model: Path, bodies: list[dict[str, Any]], bars: int) -> list[dict[str, Any]]:

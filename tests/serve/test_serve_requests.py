@@ -15,23 +15,13 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("onnxruntime")
 
-from serve_fixtures import Server, bar_bodies, featured_run, latest_state, shared_onnx  # noqa: E402
+from serve_fixtures import Server, bodies, latest_state, model  # noqa: E402,F401 - bodies and model are fixtures
 from ppo_lstm.deploy.policy import TradingPolicy  # noqa: E402
 from ppo_lstm.serve.models import Closed, DecisionAnswer, Health, SessionList, SessionOut  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 TOKEN = "test-token-0123456789abcdef"
 HISTORY = 100  # bars a session opens on
-
-
-@pytest.fixture(scope="module")
-def bodies(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    return bar_bodies(featured_run(tmp_path_factory) / "prices.csv")
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_onnx(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -78,9 +68,9 @@ def test_a_bar_is_consumed_once(server: Server, bodies: list[dict[str, Any]]) ->
     assert DecisionAnswer.model_validate(nxt.json()).model_dump(mode="json") == nxt.json()
     view = server.client.get("/sessions/once").json()
     assert SessionOut.model_validate(view).model_dump(mode="json") == view and view["last"] == nxt.json()
-    for path, model in (("/health", Health), ("/sessions", SessionList)):
+    for path, response_model in (("/health", Health), ("/sessions", SessionList)):
         body = server.client.get(path).json()
-        assert model.model_validate(body).model_dump(mode="json") == body
+        assert response_model.model_validate(body).model_dump(mode="json") == body
     closed = server.client.delete("/sessions/once").json()
     assert Closed.model_validate(closed).model_dump(mode="json") == closed == {"session": "once", "bars": HISTORY + 2}
 
