@@ -64,6 +64,7 @@ class Trainer:
         self.notes = list(notes)  # start-up lines for rank 0's console and log
         self.rank, self.world_size = self.comm.rank, self.comm.world_size
         self.steps = steps_per_env(config, self.world_size)
+        self.batch_size = self.steps * config.num_envs * self.world_size  # U: the transitions of one update
         self.settings = PPOSettings(config.clip, config.epochs, minibatches(config, self.world_size), config.ent_coef,
                                     config.vf_coef, config.max_grad_norm, config.clip_vloss, config.norm_adv,
                                     config.target_kl, config.autocast == "bf16", config.micro_batches)
@@ -158,7 +159,7 @@ class Trainer:
                 with clock("rollout"):
                     self._ramp_costs()
                     records = s.take_quota(self.rollout.collect(s.update))  # [k, 6] this rank counts
-                    s.env_steps += self.steps * c.num_envs * self.world_size
+                    s.env_steps += self.batch_size
                     local = self.rollout.finish()  # [T, N]
                 with clock("gather"):  # the iteration's one collective
                     batch, agreed = exchange(self.comm, local, records, s.rank_done, self.stop.signum or 0,
@@ -246,9 +247,8 @@ class Trainer:
         and this verdict reach the host in one copy. Returns them and whether it was skipped."""
         c = self.config
         if c.anneal_lr:  # on the run's env steps before this update, so a resume onto another batch goes on
-            batch_size = self.steps * c.num_envs * self.world_size
-            done = self.state.env_steps - batch_size
-            frac = max(0.0, 1.0 - done / (self.total_updates_estimate * batch_size))
+            done = self.state.env_steps - self.batch_size
+            frac = max(0.0, 1.0 - done / (self.total_updates_estimate * self.batch_size))
             for group, lr in zip(self.optimizer.param_groups, self.learning_rates):
                 group["lr"] = frac * lr
         snapshot = self.guard.snapshot()
