@@ -18,7 +18,7 @@ fills, fees and slippage are the env's.
   (``p_stay``, ``drift``, ``sigma``); its signal is the expected next-bar log return,
   ``drift * (2 P(up at t+1 | bars <= t) - 1) - sigma^2 / 2``.
 * ``ou_signal``: the OU process's expected next-bar log return given its known mean
-  (the path's first open) and rate: ``-theta * (log close_t - log open_0)``.
+  (the path's first open, or a given one) and rate: ``-theta * (log close_t - log open_0)``.
 * ``hysteresis``: a signal to positions: +K once it exceeds ``+threshold``, -K once it
   falls below ``-threshold`` (0 instead with ``no_short``), else the position held;
   flat until the first crossing.
@@ -96,9 +96,12 @@ def regime_filter(open_: np.ndarray, close: np.ndarray, window: int, length: int
     return drift * (2.0 * up_next - 1.0) - 0.5 * sigma * sigma
 
 
-def ou_signal(open_: np.ndarray, close: np.ndarray, window: int, length: int, theta: float = 0.05) -> np.ndarray:
-    """Expected next-bar log return [m, L] of an OU path reverting to its first open."""
-    dev = np.log(close[:, decision_bars(window, length)]) - np.log(open_[:, :1])
+def ou_signal(open_: np.ndarray, close: np.ndarray, window: int, length: int, theta: float = 0.05,
+              log_mean: float | None = None) -> np.ndarray:
+    """Expected next-bar log return [m, L] of an OU path reverting to its first open (or to
+    ``exp(log_mean)``, the mean of a path these bars continue)."""
+    mean = np.log(open_[:, :1]) if log_mean is None else log_mean
+    dev = np.log(close[:, decision_bars(window, length)]) - mean
     return -theta * dev
 
 

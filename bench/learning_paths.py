@@ -57,40 +57,59 @@ def simulated_paths(env: EnvConfig, seeds: list[int], episodes_per_seed: int = 1
                  episodes_per_seed)
 
 
-def history_paths(env: EnvConfig, data: MarketData, drift: np.ndarray, additive: bool = False) -> Paths:
-    """The whole file as one continuous episode (as ``backtest_history`` trades it)."""
-    steps = len(data) - env.window - 1
-    config = replace(env, episode_length=steps)
+def history_paths(env: EnvConfig, data: MarketData, drift: np.ndarray, additive: bool = False,
+                  start: Optional[int] = None, end: Optional[int] = None, copies: int = 1) -> Paths:
+    """The whole file as one continuous episode (as ``backtest_history`` trades it), or its bars
+    ``start..end-1`` (first decision at the close of bar ``start``, as ``backtest_history(...,
+    start, end)`` trades them; ``start`` >= the window). ``copies``: that many envs trading the
+    same bars, so :func:`trade` scores several rules' lots [copies, L] in one pass."""
+    first = env.window if start is None else int(start)
+    stop = len(data) if end is None else int(end)
+    if first < env.window or stop > len(data) or stop - first < 2:
+        raise ValueError(f"bars {first}..{stop - 1} of {len(data)}: need start >= window {env.window} and 2 bars")
+    lo = first - env.window
+    config = replace(env, episode_length=stop - first - 1)
 
     def new_core() -> TradingCore:
-        core = TradingCore(1, config, data, span=(0, len(data)), time_scale=env.episode_length)
-        core.rngs = [np.random.default_rng(0)]  # one start is possible: no draw matters
+        core = TradingCore(copies, config, data, span=(lo, stop), time_scale=env.episode_length)
+        core.rngs = [np.random.default_rng(0) for _ in range(copies)]  # one start is possible: no draw matters
         return core
 
     core = new_core()
     core.reset_rows(core.rows)
-    return Paths(config, core.open.copy(), core.close.copy(), drift[None, :], new_core, additive=additive)
+    return Paths(config, core.open[:1].copy(), core.close[:1].copy(), drift[None, lo:stop], new_core,
+                 additive=additive)
 
 
-def trade(paths: Paths, lots: np.ndarray) -> dict[str, float]:
-    """Drive the env's TradingCore with target ``lots`` [m, L] (episodes start flat); score it."""
+def trade(paths: Paths, lots: np.ndarray, per_row: bool = False) -> dict[str, Any]:
+    """Drive the env's TradingCore with target ``lots`` [m, L] (episodes start flat); score it.
+
+    ``per_row`` (one block only): each env's own score and turnover, arrays [m], as for the
+    ``copies`` of :func:`history_paths`, each trading another rule on the same bars."""
     env = paths.env
     offset = 0 if env.no_short else env.max_position
     m, L = lots.shape
     n = m // paths.blocks
+    if per_row and paths.blocks != 1:
+        raise ValueError(f"per_row scores need one block of episodes, not {paths.blocks}")
     core = paths.new_core()
     log_growth = 0.0
+    rows = np.zeros(n)
     for k in range(paths.blocks):
         core.reset_rows(core.rows)
         actions = (lots[k * n:(k + 1) * n] + offset).astype(np.int64)
         for j in range(L):
             core.step(actions[:, j])
         if paths.additive:
-            log_growth += float(np.sum(core.ledger.equity / env.initial_cash - 1.0))
+            gain = core.ledger.equity / env.initial_cash - 1.0
         else:
-            log_growth += float(np.sum(np.log(np.maximum(core.ledger.equity, 1e-300) / env.initial_cash)))
-    traded = float(np.abs(np.diff(lots, axis=1, prepend=0.0)).sum())
-    return {"bps_per_bar": 1e4 * log_growth / (m * L), "turnover": 100.0 * traded / (m * L)}
+            gain = np.log(np.maximum(core.ledger.equity, 1e-300) / env.initial_cash)
+        log_growth += float(np.sum(gain))
+        rows += gain
+    traded = np.abs(np.diff(lots, axis=1, prepend=0.0))
+    if per_row:
+        return {"bps_per_bar": 1e4 * rows / L, "turnover": 100.0 * traded.sum(axis=1) / L}
+    return {"bps_per_bar": 1e4 * log_growth / (m * L), "turnover": 100.0 * float(traded.sum()) / (m * L)}
 
 
 def score_backtest(result, additive: bool = False) -> dict[str, float]:

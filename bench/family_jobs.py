@@ -1,0 +1,89 @@
+"""The training job of ``bench/market_family.py`` (run in a child process): one seed of
+ppo-lstm-trader trained on a variant's training file with a user's flags, as the CLI parses
+them, then scored greedily on the test file's episodes (``family_draw.chunk_bounds``).
+
+It trains as ``bench/learning_jobs.train_ours`` does (the CLI's loop, in-process, one torch
+thread, the final weights), from a command line instead of ``TrainConfig`` overrides.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import contextlib  # noqa: E402
+import csv  # noqa: E402
+import os  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from dataclasses import replace  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from bench.family_draw import chunk_bounds  # noqa: E402
+from bench.learning_paths import score_backtest  # noqa: E402
+from envs.data import load_ohlcv  # noqa: E402
+from ppo_lstm.evaluation.backtest import backtest_history  # noqa: E402
+
+
+def _parse(argv: list[str]) -> Any:
+    """The TrainConfig of a command line (the CLI's own parse, wherever the config package keeps it)."""
+    try:
+        from ppo_lstm.config.command_line import parse_command_line
+    except ImportError:  # before the move into ppo_lstm/config/
+        from ppo_lstm.config import parse_command_line  # type: ignore[no-redef]
+    return parse_command_line(argv).config
+
+
+def score_episodes(agent: Any, env: Any, test_csv: str) -> dict[str, float]:
+    """The agent's greedy score on every scored episode of the test file: mean net log
+    return per bar (bps) and turnover (lots per 100 bars), each episode from flat."""
+    data = load_ohlcv(test_csv, features=env.feature_names)
+    scores, turnovers = [], []
+    for start, end in chunk_bounds():
+        result = backtest_history(agent, env, data, start=start, end=end)
+        if result.late_start or result.bars != end - start - 1:
+            raise RuntimeError(f"episode {start}..{end - 1} of {test_csv} started late: {result.late_start}")
+        scored = score_backtest(result)
+        scores.append(scored["bps_per_bar"])
+        turnovers.append(scored["turnover"])
+    return {"bps_per_bar": float(np.mean(scores)), "turnover": float(np.mean(turnovers))}
+
+
+def train_family(job: dict[str, Any]) -> dict[str, Any]:
+    """Train ``job["seed"]`` on ``job["train_csv"]`` with ``job["argv"]`` (the market's flags,
+    the flag set's, the budget's) and score it on ``job["test_csv"]``."""
+    torch.set_num_threads(1)
+    from ppo_lstm.distributed import LocalComm, Worker
+    from ppo_lstm.train.shutdown import StopRequest
+    from ppo_lstm.train.trainer import Trainer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [*job["argv"], "--data", job["train_csv"], "--seed", str(job["seed"])]
+        config = replace(_parse(argv), progress=False, log_file=os.path.join(tmp, "log"), checkpoint_dir=tmp,
+                         checkpoint_interval=10**9, log_interval=10**9, device="cpu")
+        with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):  # the trainer's log lines
+            start = time.perf_counter()
+            trainer = Trainer(config, Worker(LocalComm(), 0, torch.device("cpu")), None, StopRequest())
+            trainer.run()
+            wall = time.perf_counter() - start
+        with open(os.path.join(tmp, "metrics.csv")) as f:
+            rows = list(csv.DictReader(f))
+        tail = rows[-max(1, len(rows) // 10):]
+        entropy = float(np.mean([float(r["entropy"]) for r in tail])) if tail else float("nan")
+        episodes = int(trainer.config.episodes) if hasattr(trainer, "config") else None
+    out = score_episodes(trainer.agent.eval(), config.env, job["test_csv"])
+    out.update(seed=job["seed"], wall_s=wall, env_steps=int(trainer.state.env_steps), episodes=episodes,
+               final_entropy=entropy)
+    return out
+
+
+def run_family_job(job: dict[str, Any]) -> dict[str, Any]:
+    """``job`` with its ``result`` (or its ``failed`` reason: one bad run does not end the bench)."""
+    try:
+        return {**job, "result": train_family(job)}
+    except Exception as err:  # noqa: BLE001 -- reported beside the others, and the bench exits 1
+        return {**job, "failed": f"{type(err).__name__}: {err}"}

@@ -1,0 +1,73 @@
+"""bench/market_family.py's family: drawn reproducibly from its seed, within its ranges, split
+the same way every time, and written as the files the bench trains on (no learning judged)."""
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.family_draw import (CHUNK, CHUNKS, EDGE_OVER_COST, FAMILY_SEED, KINDS, RANGES, TEST_BARS,  # noqa: E402
+                               TEST_WARMUP, TRAIN_BARS, VARIANTS_PER_KIND, characteristic_move, chunk_bounds,
+                               draw_family, draw_variant, pick, write_variant)
+from bench.market_family import distribution, parse_flag_sets  # noqa: E402
+
+
+def test_the_family_is_the_same_from_the_same_seed_and_another_from_another():
+    first, again = draw_family(), draw_family()
+    assert [v.to_dict() for v in first] == [v.to_dict() for v in again]
+    other = draw_family(FAMILY_SEED + 1)
+    assert [v.params for v in other] != [v.params for v in first]
+    # a variant depends on (seed, kind, index) alone: a smaller family is the larger one's start
+    assert [v.to_dict() for v in draw_family(per_kind=3)] == [v.to_dict() for v in first if v.index < 3]
+
+
+def test_every_parameter_lies_within_its_range_and_every_variant_can_pay_its_costs():
+    for v in draw_family():
+        assert set(v.params) == set(RANGES[v.kind])
+        for name, (low, high, _) in {**RANGES[v.kind], **RANGES["all"]}.items():
+            value = v.fee_bps if name == "fee_bps" else v.params[name]
+            assert low <= value <= high, (v.name, name, value)
+        assert characteristic_move(v.kind, v.process_params()) >= EDGE_OVER_COST * v.fee_bps / 1e4
+    p = draw_variant("signal", 0).process_params()
+    assert 0.0 < p["phi"] < 1.0 and p["edge"] > 0.0
+
+
+def test_the_split_is_fixed_a_quarter_held_out_in_every_kind():
+    family = draw_family()
+    held = [v.name for v in family if v.held_out]
+    assert held == [f"{kind}-{i:02d}" for kind in KINDS for i in (3, 7, 11, 15)]
+    assert all(v.split == ("held-out" if v.held_out else "tuning") for v in family)
+    tuning = pick(family, "tuning", 4)
+    assert [v.name for v in tuning if v.kind == "ou"] == ["ou-00", "ou-01", "ou-02", "ou-04"]
+    assert not any(v.held_out for v in tuning)
+    assert all(v.held_out for v in pick(family, "held-out", VARIANTS_PER_KIND))
+
+
+def test_a_signal_variant_is_written_with_its_signal_and_noise_columns(tmp_path):
+    v = draw_variant("signal", 1)
+    train, test = write_variant(v, tmp_path)
+    head = pd.read_csv(train, nrows=5)
+    assert list(head.columns) == ["Date", "Open", "High", "Low", "Close", "Volume", "signal", "noise"]
+    assert sum(1 for _ in open(train)) - 1 == TRAIN_BARS and sum(1 for _ in open(test)) - 1 == TEST_BARS
+    assert v.flags()[-2:] == ["--features", "signal,noise"]
+
+
+def test_the_scored_episodes_tile_the_test_file_after_its_warm_up():
+    bounds = chunk_bounds()
+    assert len(bounds) == CHUNKS and bounds[0][0] == TEST_WARMUP and bounds[-1][1] == TEST_BARS
+    assert all(end - start - 1 == CHUNK for start, end in bounds)
+    assert all(b[0] == a[0] + CHUNK for a, b in zip(bounds, bounds[1:]))
+
+
+def test_flag_sets_and_the_distribution():
+    assert parse_flag_sets([]) == {"defaults": []}
+    assert parse_flag_sets(['defaults=', 'fw256=--feature-window 256']) == {
+        "defaults": [], "fw256": ["--feature-window", "256"]}
+    with pytest.raises(ValueError):
+        parse_flag_sets(["--feature-window 256"])
+    d = distribution([float(x) for x in range(1, 11)])
+    assert d["median"] == 5.5 and math.isclose(d["worst_decile"], 1.9) and d["worst"] == 1.0
