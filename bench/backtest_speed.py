@@ -30,7 +30,7 @@ import torch  # noqa: E402
 
 from bench.learning_markets import EVAL_SEED, env_config, write_signal_csv  # noqa: E402
 from envs.data import load_ohlcv  # noqa: E402
-from ppo_lstm.config import TrainConfig  # noqa: E402
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.evaluation import backtest as backtest_module  # noqa: E402
 from ppo_lstm.evaluation.backtest import backtest_history  # noqa: E402
 from ppo_lstm.train.build import build_agent  # noqa: E402

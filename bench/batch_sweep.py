@@ -28,9 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ppo_lstm.batch_rule import BASE_RATES, update_batch  # noqa: E402
-from ppo_lstm.batch_rule import minibatches as rule_or_given_minibatches  # noqa: E402
-from ppo_lstm.config import TrainConfig  # noqa: E402
+from ppo_lstm.config.plan import BASE_RATES, update_batch
+from ppo_lstm.config.plan import minibatches as rule_or_given_minibatches
+from ppo_lstm.config.schema import TrainConfig
 
 DEFAULT_LR = dict(zip(("learning_rate_actor", "learning_rate_critic"), BASE_RATES))  # the base rates, always given
 FIXED = {"minibatches": 4, **DEFAULT_LR}  # given unless a configuration sets them: the sweep's rates never follow a rule

@@ -38,8 +38,8 @@ import torch  # noqa: E402
 
 from ppo_lstm.algo.ppo import STEP_STATS, FlatGradients, PPOSettings, ppo_update  # noqa: E402
 from ppo_lstm.algo.rollout import RolloutCollector  # noqa: E402
-from ppo_lstm.batch_rule import minibatches, steps_per_env  # noqa: E402
-from ppo_lstm.config import TrainConfig  # noqa: E402
+from ppo_lstm.config.plan import minibatches, steps_per_env
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import launch  # noqa: E402
 from ppo_lstm.train.agreement import exchange  # noqa: E402
 from ppo_lstm.train.build import build_agent, build_optimizer  # noqa: E402

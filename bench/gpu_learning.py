@@ -50,7 +50,7 @@ from bench.learning_markets import EVAL_SEED, TUNE_EPISODES, env_config  # noqa:
 from bench.learning_paths import score_backtest, simulated_paths  # noqa: E402
 from bench.quality_curve import Point, reach_summary  # noqa: E402
 from ppo_lstm.algo.seeding import env_seeds  # noqa: E402
-from ppo_lstm.batch_rule import BASE_RATES, STEPS_PER_ENV, rate_scale  # noqa: E402
+from ppo_lstm.config.plan import BASE_RATES, STEPS_PER_ENV, rate_scale
 from ppo_lstm.evaluation.backtest import backtest_simulated, evaluation_seeds  # noqa: E402
 
 SHARES = (0.5, 0.8, 0.9)
@@ -65,7 +65,7 @@ def curve(market: str, num_envs: int, seed: int, updates: int, every: int, episo
           cap: Optional[float], env_fields: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """One training run's curve ``[(env_steps, train_s, bps_per_bar)]`` and its throughput; ``env_fields``
     override the market's ``EnvConfig`` fields."""
-    from ppo_lstm.config import TrainConfig
+    from ppo_lstm.config.schema import TrainConfig
     from ppo_lstm.distributed import LocalComm, Worker
     from ppo_lstm.distributed.cuda import configure_numerics
     from ppo_lstm.train.shutdown import StopRequest

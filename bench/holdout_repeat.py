@@ -27,7 +27,7 @@ from envs.config import EnvConfig  # noqa: E402
 from envs.data import MarketData  # noqa: E402
 from ppo_lstm.evaluation.backtest import backtest_history  # noqa: E402
 from ppo_lstm.train.build import build_agent  # noqa: E402
-from ppo_lstm.config import TrainConfig  # noqa: E402
+from ppo_lstm.config.schema import TrainConfig
 
 
 def long_file(bars: int) -> MarketData:

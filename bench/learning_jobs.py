@@ -61,7 +61,7 @@ def train_ours(job: dict[str, Any]) -> dict[str, Any]:
     ``workers`` > 1, in this process, which launches the workers as the CLI does)."""
     torch.set_num_threads(1)
     from ppo_lstm.rundir.checkpoint import BEST_NAME, CheckpointDir
-    from ppo_lstm.config import TrainConfig
+    from ppo_lstm.config.schema import TrainConfig
     from ppo_lstm.distributed import LocalComm, Worker, launch
     from ppo_lstm.train.shutdown import StopRequest
     from ppo_lstm.train.trainer import Trainer

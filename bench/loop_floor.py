@@ -62,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from envs.config import EnvConfig  # noqa: E402
 from envs.vector import VectorTradingEnv  # noqa: E402
 from ppo_lstm.algo.agent import RecurrentActorCritic  # noqa: E402
-from ppo_lstm.config import TrainConfig  # noqa: E402
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import LocalComm, Worker  # noqa: E402
 from ppo_lstm.train.build import build_agent, build_optimizer  # noqa: E402
 from ppo_lstm.train.shutdown import StopRequest  # noqa: E402

@@ -59,8 +59,8 @@ from bench.loop_floor import bare_rollout, gradient_floor, train_config  # noqa:
 from ppo_lstm.algo.agent import StepWeights  # noqa: E402
 from ppo_lstm.algo.episodes import EPISODE_FIELDS, episode_records  # noqa: E402
 from ppo_lstm.algo.rollout import RolloutCollector, sample_actions  # noqa: E402
-from ppo_lstm.batch_rule import steps_per_env  # noqa: E402
-from ppo_lstm.config import TrainConfig  # noqa: E402
+from ppo_lstm.config.plan import steps_per_env
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.train.build import build_agent  # noqa: E402
 
 PARTS = ("staged rewards", "policy step", "sampling", "log-prob", "buffer writes", "env step",

@@ -90,7 +90,7 @@ def curve_ours(seed: int, steps: int, every: int, episodes: int,
     """ppo-lstm-trader's defaults (with ``--set``'s ``overrides``), scored after every update that crosses a
     multiple of ``every``, on the market it trains on; on ``workers`` gloo CPU workers, rank 0 scoring."""
     torch.set_num_threads(1)
-    from ppo_lstm.config import TrainConfig
+    from ppo_lstm.config.schema import TrainConfig
     from ppo_lstm.distributed import LocalComm, Worker, launch
     from ppo_lstm.train.shutdown import StopRequest
     from ppo_lstm.train.trainer import Trainer

@@ -38,7 +38,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from envs.config import EnvConfig  # noqa: E402
-from ppo_lstm.config import TrainConfig  # noqa: E402
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import LocalComm, Worker  # noqa: E402
 from ppo_lstm.train.shutdown import StopRequest  # noqa: E402
 from ppo_lstm.train.trainer import Trainer  # noqa: E402

@@ -63,7 +63,7 @@ COMMANDS = [
     ("train-ppo-lstm", "train-ppo-lstm",
      "`python train_ppo_lstm.py`, `train-ppo-lstm`, `python train_ppo_lstm_distributed.py` "
      "(the same flags, `--distributed` always on) and `torchrun ... train_ppo_lstm.py`",
-     ("ppo_lstm.config",)),
+     ("ppo_lstm.config.command_line",)),
     ("evaluate-ppo-lstm", "evaluate-ppo-lstm", "`evaluate-ppo-lstm` or `python -m ppo_lstm.evaluate`",
      ("ppo_lstm.evaluation.cli",)),
     ("predict-ppo-lstm", "predict-ppo-lstm", "`predict-ppo-lstm` or `python -m ppo_lstm.predict`",

@@ -4,7 +4,7 @@ The public API (imported lazily: ``import ppo_lstm`` does not import torch)::
 
     from ppo_lstm import TrainConfig, load_policy, backtest_history, backtest_simulated, TradingPolicy, state_lock
 
-- ``TrainConfig`` (``ppo_lstm.config``): every training setting, the flags are built from it;
+- ``TrainConfig`` (``ppo_lstm.config.schema``): every training setting, the flags are built from it;
 - ``load_policy`` (``ppo_lstm.evaluation.cli``): a checkpoint's agent and its TrainConfig;
 - ``backtest_history`` / ``backtest_simulated`` (``ppo_lstm.evaluation.backtest``): a policy
   bar for bar on a price file, or on fresh simulated episodes;
@@ -24,7 +24,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "TrainConfig": "ppo_lstm.config",
+    "TrainConfig": "ppo_lstm.config.schema",
     "load_policy": "ppo_lstm.evaluation.cli",
     "backtest_history": "ppo_lstm.evaluation.backtest",
     "backtest_simulated": "ppo_lstm.evaluation.backtest",

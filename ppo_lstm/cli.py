@@ -9,7 +9,9 @@ from typing import Optional
 
 from .rundir.checkpoint import CheckpointDir
 from .rundir.lock import RunLock
-from .config import TrainConfig, config_yaml, parse_command_line, resumed_config, validate
+from .config.checks import validate
+from .config.command_line import config_yaml, parse_command_line, resumed_config
+from .config.schema import TrainConfig
 from .distributed import first_process, launch, launched_by_torchrun, resolve_device, world_size_for
 from .errors import EXIT_USAGE, UsageError
 from .train.build import build_agent, check_model_matches

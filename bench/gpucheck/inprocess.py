@@ -14,7 +14,7 @@ from .plan import STEPS_PER_ENV, Plan
 
 def make_trainer(device: str, num_envs: int, tmp: str, autocast: str = "off", deterministic: bool = True):
     """A :class:`Trainer` of the default model on ``device``, ``num_envs`` envs x 16 steps per update."""
-    from ppo_lstm.config import TrainConfig
+    from ppo_lstm.config.schema import TrainConfig
     from ppo_lstm.distributed import LocalComm, Worker
     from ppo_lstm.distributed.cuda import configure_numerics
     from ppo_lstm.train.shutdown import StopRequest
@@ -78,7 +78,7 @@ def throughput(plan: Plan, device: str, num_envs: int, **kwargs: Any) -> dict[st
 def lstm_dtypes(plan: Plan) -> dict[str, str]:
     """The dtype the update's LSTM runs in under --autocast bf16 (the project's explicit path),
     and what nn.LSTM left to autocast would give (on CUDA: cuDNN's own rule)."""
-    from ppo_lstm.config import TrainConfig
+    from ppo_lstm.config.schema import TrainConfig
     from ppo_lstm.train.build import build_agent
 
     device = plan.device

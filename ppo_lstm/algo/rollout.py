@@ -21,7 +21,7 @@ from envs.vector import VectorTradingEnv
 
 from .agent import LSTMState, RecurrentActorCritic
 from .buffer import RolloutBatch, RolloutBuffer
-from ..config import TrainConfig
+from ..config.schema import TrainConfig
 from ..errors import TrainingError
 from .episodes import EPISODE_FIELDS, episode_records
 from .seeding import derive_seed, env_seeds

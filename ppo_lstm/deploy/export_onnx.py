@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from ..algo.agent import RecurrentActorCritic
-from ..config import TrainConfig
+from ..config.schema import TrainConfig
 from ..errors import EXIT_USAGE, OneLineParser, UsageError, one_line
 from ..rundir.checkpoint import CheckpointError, atomic_write_bytes
 from .onnx_model import INPUTS, OUTPUTS, metadata

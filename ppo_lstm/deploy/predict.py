@@ -36,7 +36,7 @@ import pandas as pd
 
 from envs.data import DataError, date_span
 
-from ..config_file import add_config_options, settings_or_exit
+from ..config.flags import add_config_options, settings_or_exit
 from ..errors import EXIT_USAGE, OneLineParser, Switch, UsageError, one_line
 from .policy import Decision, TradingPolicy, as_market_data, parse_start
 from .state import STATE_VERSION, state_lock

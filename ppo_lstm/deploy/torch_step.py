@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..algo.agent import RecurrentActorCritic
-from ..config import TrainConfig
+from ..config.schema import TrainConfig
 from .spec import PolicySpec, env_settings
 
 

@@ -7,7 +7,7 @@ from typing import Mapping
 
 import torch
 
-from ..config import TrainConfig
+from ..config.schema import TrainConfig
 from ..errors import UsageError
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")

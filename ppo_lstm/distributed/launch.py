@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from ..config import DEFAULT_MASTER_PORT, TrainConfig
+from ..config.schema import DEFAULT_MASTER_PORT, TrainConfig
 from ..errors import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, UsageError, one_line
 from .comm import Comm, CommError, LocalComm, TorchComm
 from .cuda import configure_numerics, gpu_index_for

@@ -1,7 +1,7 @@
 """Per-rank policy: each rank's share of the episodes, and which ranks trade ``--data``."""
 from __future__ import annotations
 
-from ..config import TrainConfig
+from ..config.schema import TrainConfig
 
 
 def episode_share(total: int, rank: int, world_size: int) -> int:

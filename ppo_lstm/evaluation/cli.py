@@ -5,7 +5,7 @@
     python -m ppo_lstm.evaluate --config backtest.yaml --seed 2
 
 (also installed as ``evaluate-ppo-lstm``; ``--config`` reads its flags from a YAML or TOML
-file, see :mod:`ppo_lstm.config_file`). The engine is ``ppo_lstm.evaluation.backtest``, the
+file, see :mod:`ppo_lstm.config.files`). The engine is ``ppo_lstm.evaluation.backtest``, the
 outputs ``ppo_lstm.evaluation.report``. Bad input ends with one ``error: ...`` line on stderr and
 exit code 2. ``evaluate()`` below plays one episode per seed (the learning test uses it).
 """
@@ -32,8 +32,8 @@ from envs.vector import VectorTradingEnv
 from ..algo.agent import RecurrentActorCritic
 from .backtest import BacktestResult, backtest_history, backtest_simulated, first_decision_bar
 from .loading import checkpoint_file, load_policy, load_policy_and_data, mark_training_bars  # noqa: F401 - re-exported
-from ..config import TrainConfig
-from ..config_file import add_config_options, settings_or_exit
+from ..config.schema import TrainConfig
+from ..config.flags import add_config_options, settings_or_exit
 from ..distributed.cuda import configure_numerics
 from ..distributed.devices import resolve_device
 from ..errors import EXIT_USAGE, OneLineParser, Switch, UsageError

@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 
 from ..algo.agent import RecurrentActorCritic
-from ..config import TrainConfig
+from ..config.schema import TrainConfig
 from ..errors import UsageError, one_line
 from ..train.build import model_flags
 from ..rundir.checkpoint import BEST_NAME, LATEST_NAME, CheckpointDir, CheckpointError, load_checkpoint

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import UsageError
-from .checkpoint import LOCK_NAME
+from .atomic import LOCK_NAME
 
 
 class RunLock:

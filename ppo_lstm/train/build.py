@@ -8,8 +8,8 @@ from typing import Any
 import torch
 
 from ..algo.agent import RecurrentActorCritic
-from ..batch_rule import learning_rates
-from ..config import TrainConfig
+from ..config.plan import learning_rates
+from ..config.schema import TrainConfig
 from ..errors import UsageError
 from .eager_adam import EagerAdam
 
@@ -21,7 +21,7 @@ def build_agent(config: TrainConfig) -> RecurrentActorCritic:
 
 def build_optimizer(config: TrainConfig, agent: RecurrentActorCritic, world_size: int = 1) -> torch.optim.Adam:
     """Adam with two parameter groups: actor (encoder, LSTM, policy) and critic (value head),
-    at :func:`~ppo_lstm.batch_rule.learning_rates` for ``world_size`` workers.
+    at :func:`~ppo_lstm.config.plan.learning_rates` for ``world_size`` workers.
 
     The fused kernel: one call per group for every parameter, where ``foreach`` takes
     several (docs/benchmarks.md, "Training throughput"). :class:`EagerAdam` is torch's Adam

@@ -26,7 +26,7 @@ import numpy as np
 
 from envs.data.instruments import instrument_name
 
-from ..config import TrainConfig
+from ..config.schema import TrainConfig
 from ..errors import UsageError
 from ..evaluation.backtest import iso_stamp
 from .holdout import DataSplit

@@ -44,7 +44,7 @@ from envs.data.instruments import instrument_name, load_instruments
 
 from ..algo.agent import RecurrentActorCritic
 from ..evaluation.backtest import BacktestResult, backtest_history, backtest_simulated, iso_stamp
-from ..config import TrainConfig
+from ..config.schema import TrainConfig
 from ..errors import UsageError
 from ..rundir.logger import HOLDOUT_COLUMNS
 

@@ -11,8 +11,8 @@ import torch
 
 from ..algo.episodes import EpisodeTotals
 from ..algo.ppo import UpdateStats
-from ..batch_rule import describe_batch, steps_per_env
-from ..config import TrainConfig
+from ..config.plan import describe_batch, steps_per_env
+from ..config.schema import TrainConfig
 from ..distributed import episode_share
 from ..rundir.checkpoint import BEST_NAME
 from .holdout import Holdout, HoldoutResult, holdout_columns

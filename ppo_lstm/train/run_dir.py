@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from ..config import TrainConfig
+from ..config.schema import TrainConfig
 from ..rundir.checkpoint import CheckpointDir
 from ..rundir.lock import RunLock
 

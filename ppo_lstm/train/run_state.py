@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from ..rundir.checkpoint import from_safe, on_cpu, to_safe
-from ..config import TrainConfig, as_this_version
+from ..config.migrate import as_this_version
+from ..config.schema import TrainConfig
 from ..errors import one_line
 from ..distributed import episode_share, remaining_episode_shares
 from ..algo.episodes import EpisodeTotals

@@ -17,10 +17,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Optional
 
-from ..config_values import limit_seconds
+from ..config.values import limit_seconds
 
 if TYPE_CHECKING:
-    from ..config import TrainConfig
+    from ..config.schema import TrainConfig
 
 
 def schedules_at(config: "TrainConfig", episodes: float) -> tuple[float, float]:

@@ -26,8 +26,8 @@ from .agreement import exchange
 from .build import build_agent, build_optimizer, check_model_matches
 from ..algo.buffer import RolloutBatch
 from ..rundir.checkpoint import RUN_LOG_NAME, CheckpointDir
-from ..batch_rule import learning_rates, minibatches, steps_per_env, total_updates
-from ..config import TrainConfig
+from ..config.plan import learning_rates, minibatches, steps_per_env, total_updates
+from ..config.schema import TrainConfig
 from ..distributed import Worker, parameters_in_sync, trades_history
 from ..distributed.cuda import require_bf16
 from .data_fingerprint import check_resume_data, data_fingerprint

@@ -12,7 +12,9 @@ from typing import Any, Optional
 
 from ..rundir.checkpoint import CheckpointError
 from ..rundir.lock import RunLock
-from ..config import TrainConfig, resumed_config, save_run_config, validate
+from ..config.checks import validate
+from ..config.command_line import resumed_config, save_run_config
+from ..config.schema import TrainConfig
 from ..distributed import Worker, WorkerFailed
 from ..errors import EXIT_USAGE, TrainingError, UsageError
 from .run_dir import claim_run_dir, find_resume, lock_run

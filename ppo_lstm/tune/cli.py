@@ -23,7 +23,7 @@ def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
     try:
         command = parse_command_line(argv, prog)
         if command.print_config:
-            from ..config import config_yaml
+            from ..config.command_line import config_yaml
             sys.stdout.write(config_yaml(command.base, ("The base configuration of the study's trials",)))
             return 0
         return _run(command)
@@ -35,7 +35,8 @@ def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
 def _run(command: Any) -> int:
     import optuna
 
-    from ..config import build_parser, validate
+    from ..config.checks import validate
+    from ..config.command_line import build_parser
     from ..distributed import resolve_device, world_size_for
     from .report import report_lines, run_settings
     from .runner import Job, run_jobs

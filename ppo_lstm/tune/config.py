@@ -1,6 +1,6 @@
 """The tuning command's settings: :class:`TuneConfig`, and its parser, which is the training
 parser (every training flag and ``--config``) with a ``tuning`` group built from TuneConfig's
-fields by the same rule (:func:`ppo_lstm.config_file.add_field_flag`)."""
+fields by the same rule (:func:`ppo_lstm.config.flags.add_field_flag`)."""
 from __future__ import annotations
 
 import argparse
@@ -10,8 +10,9 @@ from typing import Any, Optional
 
 from envs.config import EnvConfig
 
-from ..config import TrainConfig, build_parser as build_train_parser
-from ..config_file import add_config_group, parse_args
+from ..config.command_line import build_parser as build_train_parser
+from ..config.schema import TrainConfig
+from ..config.flags import add_config_group, parse_args
 from ..errors import UsageError
 
 TUNE_GROUP = "tuning: the study, its search space and its storage"

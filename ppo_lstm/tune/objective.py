@@ -46,9 +46,11 @@ from typing import Optional
 
 import optuna
 
-from ..config import TrainConfig, config_yaml, validate
+from ..config.checks import validate
+from ..config.command_line import config_yaml
+from ..config.schema import TrainConfig
 from ..errors import UsageError, one_line
-from ..config_values import limit_seconds
+from ..config.values import limit_seconds
 from .holdout_alpha import HoldoutMeasure, read_measure, write_measure
 from .queue import beat
 from .space import Space, apply

@@ -21,8 +21,10 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
-from ..config import TrainConfig, as_this_version_by_dest, build_parser, config_yaml
-from ..config_file import keyed_options
+from ..config.command_line import build_parser, config_yaml
+from ..config.migrate import as_this_version_by_dest
+from ..config.schema import TrainConfig
+from ..config.files import keyed_options
 from ..errors import one_line
 from ..rundir.checkpoint import atomic_write_bytes
 from .queue import FAIL_REASON

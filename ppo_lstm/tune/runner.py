@@ -22,7 +22,7 @@ from typing import Optional
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ..config import TrainConfig
+from ..config.schema import TrainConfig
 from ..distributed import resolve_device, world_size_for
 from ..errors import EXIT_SIGINT, EXIT_USAGE, UsageError
 from .config import TuneConfig

@@ -24,9 +24,9 @@ from typing import Any, Optional
 
 import optuna
 
-from ..config import TrainConfig
-from ..config_file import keyed_options, load_mapping
-from ..config_values import convert as setting_value
+from ..config.schema import TrainConfig
+from ..config.files import keyed_options, load_mapping
+from ..config.values import convert as setting_value
 from ..errors import UsageError
 
 KINDS = ("log-uniform", "uniform", "int", "choice")

@@ -34,7 +34,7 @@ import optuna
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
-from ..config import as_this_version_by_dest
+from ..config.migrate import as_this_version_by_dest
 from ..errors import UsageError, one_line
 
 SQLITE_BUSY_TIMEOUT_S = 300

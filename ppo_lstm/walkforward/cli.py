@@ -21,8 +21,10 @@ from envs.data import DataError, MarketData, date_span
 from envs.data.calendar import basket_bars_per_year
 from envs.data.instruments import data_paths, instrument_name, load_instruments
 
-from ..config import TrainConfig, _settings, validate as validate_train
-from ..config_file import dump_settings
+from ..config.checks import validate as validate_train
+from ..config.command_line import _settings
+from ..config.schema import TrainConfig
+from ..config.files import dump_settings
 from ..errors import EXIT_USAGE, UsageError
 from ..train.holdout import split_instruments
 from .config import WalkForwardConfig, build_parser, parse_command_line, validate

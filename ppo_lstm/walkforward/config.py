@@ -13,8 +13,9 @@ from typing import Any, Optional
 
 from envs.config import EnvConfig
 
-from ..config import TrainConfig, build_parser as build_train_parser
-from ..config_file import ParsedArgs, add_config_group, parse_args
+from ..config.command_line import build_parser as build_train_parser
+from ..config.schema import TrainConfig
+from ..config.flags import ParsedArgs, add_config_group, parse_args
 from ..errors import UsageError
 
 WF = "walk-forward: folds, seeds and the verdict"

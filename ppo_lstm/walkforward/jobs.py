@@ -27,7 +27,8 @@ from typing import Callable, Optional
 
 from tqdm import tqdm
 
-from ..config import TrainConfig, config_yaml
+from ..config.command_line import config_yaml
+from ..config.schema import TrainConfig
 from ..distributed.devices import threads_per_worker
 from ..rundir.checkpoint import CheckpointDir, atomic_write_bytes
 from .folds import Fold

@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..config import TrainConfig, as_this_version
+from ..config.migrate import as_this_version
+from ..config.schema import TrainConfig
 from ..errors import UsageError
 from ..rundir.checkpoint import atomic_write_bytes
 from .config import WalkForwardConfig

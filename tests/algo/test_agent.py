@@ -4,8 +4,8 @@ import torch
 
 from envs.config import EnvConfig
 from ppo_lstm.algo.agent import RecurrentActorCritic
-from ppo_lstm.batch_rule import minibatches
-from ppo_lstm.config import TrainConfig
+from ppo_lstm.config.plan import minibatches
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import LocalComm, Worker
 from ppo_lstm.train.shutdown import StopRequest
 from ppo_lstm.train.trainer import Trainer

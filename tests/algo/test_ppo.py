@@ -7,8 +7,8 @@ from torch import nn
 
 from ppo_lstm.algo import ppo
 from ppo_lstm.train.build import build_agent, build_optimizer
-from ppo_lstm.batch_rule import minibatches
-from ppo_lstm.config import TrainConfig
+from ppo_lstm.config.plan import minibatches
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import LocalComm
 from ppo_lstm.algo.ppo import FlatGradients, PPOSettings, ppo_update
 from ppo_lstm.algo.rollout import RolloutCollector

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from ppo_lstm.algo.rollout import RolloutCollector, sample_actions
-from ppo_lstm.config import TrainConfig
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.errors import TrainingError
 from ppo_lstm.train.build import build_agent
 

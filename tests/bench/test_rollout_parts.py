@@ -8,7 +8,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.rollout_parts import PARTS, make_collector, measure, timed_collect  # noqa: E402
-from ppo_lstm.config import TrainConfig  # noqa: E402
+from ppo_lstm.config.schema import TrainConfig
 
 
 def test_the_timed_copy_of_collect_is_bitwise_the_real_one():

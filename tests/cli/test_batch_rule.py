@@ -5,9 +5,10 @@ import math
 
 import pytest
 
-from ppo_lstm.batch_rule import (BASE_RATES, DEFAULT_RATE_CAP, SAVED_RATE_CAP, describe_batch, learning_rates,
-                                 minibatches, rate_scale, rule_minibatches, rule_steps, steps_per_env, update_batch)
-from ppo_lstm.config import TrainConfig, parse_command_line, validate
+from ppo_lstm.config.plan import BASE_RATES, DEFAULT_RATE_CAP, SAVED_RATE_CAP, describe_batch, learning_rates, minibatches, rate_scale, rule_minibatches, rule_steps, steps_per_env, update_batch
+from ppo_lstm.config.checks import validate
+from ppo_lstm.config.command_line import parse_command_line
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.errors import UsageError
 
 

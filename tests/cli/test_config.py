@@ -4,8 +4,10 @@ import dataclasses
 import pytest
 
 from envs.config import EnvConfig
-from ppo_lstm.batch_rule import steps_per_env
-from ppo_lstm.config import TrainConfig, build_parser, parse_command_line, validate
+from ppo_lstm.config.plan import steps_per_env
+from ppo_lstm.config.checks import validate
+from ppo_lstm.config.command_line import build_parser, parse_command_line
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import episode_share, remaining_episode_shares, trades_history
 from ppo_lstm.errors import UsageError
 

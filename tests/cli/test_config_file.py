@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from conftest import ROOT, TINY, TRAIN, cli_in_process, env_for_child, run_cli, torchrun
-from ppo_lstm.config import TrainConfig, parse_command_line, save_run_config
+from ppo_lstm.config.command_line import parse_command_line, save_run_config
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.errors import UsageError
 
 # TINY as a config file, keys spelt with '-' and '_', and one value PyYAML reads as text (3e-4)

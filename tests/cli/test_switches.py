@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from ppo_lstm.config import TrainConfig, build_parser as train_parser, parse_command_line
-from ppo_lstm.config_file import keyed_options, parse_args
+from ppo_lstm.config.command_line import build_parser as train_parser, parse_command_line
+from ppo_lstm.config.schema import TrainConfig
+from ppo_lstm.config.files import keyed_options
+from ppo_lstm.config.flags import parse_args
 from ppo_lstm.deploy.export_onnx import build_parser as export_parser
 from ppo_lstm.deploy.predict import build_parser as predict_parser
 from ppo_lstm.errors import Switch, UsageError, opposite

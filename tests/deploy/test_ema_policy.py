@@ -20,7 +20,7 @@ from envs.ema_deviation import EmaLevels, ema_deviations
 from envs.observation import rolling_rms
 from ppo_lstm import TradingPolicy
 from ppo_lstm.algo.agent import RecurrentActorCritic
-from ppo_lstm.config import TrainConfig
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.deploy.spec import PolicySpec
 from ppo_lstm.deploy.torch_step import TorchStep, checkpoint_fingerprint
 from ppo_lstm.deploy.state import seal

@@ -19,7 +19,7 @@ from envs.config import EnvConfig
 from envs.data import load_ohlcv
 from envs.data.features import FEATURE_WINDOW, feature_zscores
 from ppo_lstm import TradingPolicy
-from ppo_lstm.config import as_this_version
+from ppo_lstm.config.migrate import as_this_version
 from ppo_lstm.deploy import export_onnx
 from ppo_lstm.deploy.spec import env_settings
 from ppo_lstm.deploy.state import seal

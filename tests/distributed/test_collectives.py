@@ -84,7 +84,7 @@ def test_nccl_comm_hands_every_tensor_over_on_the_worker_device(call, where):
 DRIFT_SCRIPT = """
 import sys
 import torch
-from ppo_lstm.config import TrainConfig
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import launch, parameters_in_sync
 
 def worker(config, w):
@@ -154,7 +154,7 @@ def test_spin_budget_only_under_gloo_and_only_when_the_workers_fit_the_cores(mon
 SPIN_SCRIPT = """
 import sys, time
 import torch
-from ppo_lstm.config import TrainConfig
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import launch
 
 def worker(config, w):

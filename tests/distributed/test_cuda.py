@@ -32,7 +32,7 @@ NCCL_SCRIPT = """
 import sys
 import torch
 from ppo_lstm.train.build import build_agent, build_optimizer
-from ppo_lstm.config import TrainConfig
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import launch, parameters_in_sync
 
 def worker(config, w):
@@ -93,7 +93,7 @@ def test_nccl_collectives_take_cpu_tensors_and_repair_drift(tmp_path, gpus):
 
 def _collector(device: str, num_envs: int = 8, steps: int = 16):
     from ppo_lstm.train.build import build_agent
-    from ppo_lstm.config import TrainConfig
+    from ppo_lstm.config.schema import TrainConfig
     from ppo_lstm.distributed.cuda import configure_numerics
     from ppo_lstm.algo.rollout import RolloutCollector
 

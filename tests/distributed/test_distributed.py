@@ -19,8 +19,8 @@ import pytest
 from conftest import (SPAWN2, TINY, TRAIN, Run, assert_models_equal, assert_no_process_left, children_of,
                       cli_in_process, episode_lines, free_port, load_state, run_cli, torchrun, training_started,
                       wait_for)
-from ppo_lstm.batch_rule import steps_per_env
-from ppo_lstm.config import TrainConfig
+from ppo_lstm.config.plan import steps_per_env
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import episode_share
 from ppo_lstm.errors import UsageError
 
@@ -263,7 +263,7 @@ def test_a_worker_usage_error_exits_2_with_its_own_line_only(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent("""
         import sys
-        from ppo_lstm.config import TrainConfig
+        from ppo_lstm.config.schema import TrainConfig
         from ppo_lstm.distributed import launch
 
         def worker(config, w):

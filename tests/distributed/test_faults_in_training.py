@@ -45,7 +45,7 @@ def test_non_finite_updates_are_skipped_and_never_checkpointed(cwd):
 
 def test_poisoned_batch_update_is_undone(tmp_path, monkeypatch):
     """In-process: a NaN in the batch -> update skipped, weights and optimizer restored; 3rd in a row raises."""
-    from ppo_lstm.config import parse_command_line
+    from ppo_lstm.config.command_line import parse_command_line
     from ppo_lstm.distributed import LocalComm, Worker
     from ppo_lstm.train.shutdown import StopRequest
     from ppo_lstm.errors import TrainingError

@@ -25,7 +25,7 @@ import torch
 from conftest import ROOT, TINY, assert_models_equal, cli_in_process, env_for_child, run_cli
 from ppo_lstm.train.build import build_agent
 from ppo_lstm.rundir.checkpoint import CheckpointDir, atomic_save, load_checkpoint
-from ppo_lstm.config import TrainConfig
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import cuda as cuda_setup
 from ppo_lstm.errors import TrainingError, UsageError
 from ppo_lstm.algo.rollout import RolloutCollector, sample_actions
@@ -291,7 +291,7 @@ def test_checkpoints_hold_only_cpu_tensors(finished_run):
 VERDICT_SCRIPT = """
 import sys
 from ppo_lstm.train import trainer
-from ppo_lstm.config import parse_command_line
+from ppo_lstm.config.command_line import parse_command_line
 from ppo_lstm.distributed import launch
 from ppo_lstm.train.worker import train_worker
 

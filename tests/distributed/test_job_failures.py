@@ -136,7 +136,7 @@ def test_checkpoint_write_failure_on_rank_0_ends_the_job_in_seconds(cwd, launche
 
 ALARM_SCRIPT = """
 import sys, time
-from ppo_lstm.config import TrainConfig
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import WorkerFailed, launch
 
 def worker(config, w):
@@ -167,7 +167,7 @@ def test_a_rank_busy_outside_collectives_is_stopped_by_the_failure_alarm(tmp_pat
 
 MID_UPDATE_SCRIPT = """
 import sys, time
-from ppo_lstm.config import parse_command_line
+from ppo_lstm.config.command_line import parse_command_line
 from ppo_lstm.distributed import TorchComm, launch
 from ppo_lstm.train.worker import train_worker
 

@@ -22,7 +22,7 @@ from envs.config import EnvConfig
 from ppo_lstm.algo.buffer import RolloutBatch
 from ppo_lstm.algo.ppo import PPOSettings, ppo_update, share
 from ppo_lstm.algo.rollout import RolloutCollector
-from ppo_lstm.config import TrainConfig
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import LocalComm
 from ppo_lstm.rundir.logger import NullLogger
 from ppo_lstm.train.build import build_agent, build_optimizer
@@ -81,7 +81,7 @@ def guarded_update(config: TrainConfig, weights: dict, batch: RolloutBatch, sett
 SCRIPT = """
 import sys
 import torch
-from ppo_lstm.config import TrainConfig
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import launch
 from envs.config import EnvConfig
 from ppo_lstm.algo.buffer import RolloutBatch

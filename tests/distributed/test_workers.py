@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from conftest import SPAWN2, TINY, TRAIN, cli_in_process, episode_lines, run_cli
-from ppo_lstm.config import TrainConfig, validate
+from ppo_lstm.config.checks import validate
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.errors import UsageError
 
 pytestmark = pytest.mark.timeout(180)

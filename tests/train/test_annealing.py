@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from conftest import TINY, cli_in_process, copy_checkpoint
-from ppo_lstm.batch_rule import learning_rates
-from ppo_lstm.config import parse_command_line
+from ppo_lstm.config.plan import learning_rates
+from ppo_lstm.config.command_line import parse_command_line
 
 # TINY's batch is 32 transitions (2 envs x 16 steps); episodes are 16 steps long
 BIGGER = ["--update-interval", "64"]

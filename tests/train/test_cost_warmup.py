@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from envs.config import EnvConfig
-from ppo_lstm.config import TrainConfig, validate
+from ppo_lstm.config.checks import validate
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import LocalComm, Worker
 from ppo_lstm.errors import UsageError
 from ppo_lstm.train.shutdown import StopRequest

@@ -21,7 +21,7 @@ import torch
 from conftest import TINY, Run, cli_in_process, load_state
 from envs.config import EnvConfig
 from envs.data import load_ohlcv
-from ppo_lstm.config import TrainConfig
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import LocalComm, Worker
 from ppo_lstm.errors import UsageError
 from ppo_lstm.train.holdout import DataSplit, Holdout, split_data

@@ -16,7 +16,7 @@ import torch
 from envs.config import EnvConfig
 from envs.data import load_ohlcv
 from ppo_lstm.algo.agent import RecurrentActorCritic
-from ppo_lstm.config import TrainConfig
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.evaluation.cli import build_parser
 from ppo_lstm.rundir.checkpoint import BEST_NAME
 from ppo_lstm.train.holdout import Holdout, holdout_columns, holdout_line, holdout_score, split_instruments

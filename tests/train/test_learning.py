@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from envs.config import EnvConfig
-from ppo_lstm.config import TrainConfig
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import LocalComm, Worker
 from ppo_lstm.evaluation.cli import evaluate
 from ppo_lstm.train.shutdown import StopRequest

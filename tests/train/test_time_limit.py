@@ -8,11 +8,11 @@ import pytest
 
 from conftest import SPAWN2, TINY, cli_in_process, run_cli
 
-from ppo_lstm.config import TrainConfig
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.errors import UsageError
 from ppo_lstm.rundir.checkpoint import CheckpointDir
 from ppo_lstm.train.agreement import agreement_row, read_agreement
-from ppo_lstm.config_values import limit_seconds
+from ppo_lstm.config.values import limit_seconds
 from ppo_lstm.train.time_limit import LimitProjection, schedules_at, stop_note
 
 import numpy as np

@@ -12,7 +12,7 @@ import torch
 from conftest import SPAWN2, TINY, cli_in_process, run_cli
 
 from ppo_lstm.algo.episodes import EpisodeTotals
-from ppo_lstm.config import TrainConfig
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.rundir.logger import format_episode_line
 from ppo_lstm.rundir.checkpoint import CheckpointDir
 from ppo_lstm.train.agreement import agreement_row, read_agreement

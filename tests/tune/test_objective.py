@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ppo_lstm.config import TrainConfig
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.tune.objective import SeedRun, TrialRunner
 
 # hold-out return, Sharpe, buy-and-hold per backtest: the best return (12.0) is not the best Sharpe (2.5)

@@ -11,7 +11,7 @@ import yaml
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
-from ppo_lstm.config import parse_command_line as parse_training_command_line
+from ppo_lstm.config.command_line import parse_command_line as parse_training_command_line
 from ppo_lstm.tune.config import parse_command_line
 from ppo_lstm.tune.report import report_lines, run_settings
 from ppo_lstm.tune.storage import SETTINGS_ATTR, SPAN_ATTR

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from envs.config import EnvConfig
-from ppo_lstm.config import TrainConfig, build_parser as train_parser
+from ppo_lstm.config.command_line import build_parser as train_parser
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.errors import UsageError
 from ppo_lstm.tune.cli import main
 from ppo_lstm.tune.report import run_settings
@@ -137,7 +138,7 @@ def test_without_optuna_the_error_names_the_install_command(monkeypatch: pytest.
 
 
 def test_the_pruners_step_is_the_episode_or_with_train_for_the_share_of_the_time() -> None:
-    from ppo_lstm.config import TrainConfig
+    from ppo_lstm.config.schema import TrainConfig
     from ppo_lstm.tune.objective import TIME_STEPS, report_step
 
     row = {"episodes": "300", "wall_time_s": "5.0"}

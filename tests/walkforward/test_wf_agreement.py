@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ppo_lstm.config import TrainConfig
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.rundir.checkpoint import atomic_save
 from ppo_lstm.walkforward.agreement import ensemble_agreement
 from ppo_lstm.walkforward.folds import Fold

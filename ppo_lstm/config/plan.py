@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional, Protocol
 
-from .errors import UsageError
+from ..errors import UsageError
 
 
 class BatchSettings(Protocol):

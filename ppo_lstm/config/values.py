@@ -1,4 +1,4 @@
-"""A config file's values, typed as their flags would type them (:mod:`ppo_lstm.config_file`), and
+"""A config file's values, typed as their flags would type them (:mod:`ppo_lstm.config.files`), and
 durations (``--time-limit``, ``--train-for``) in seconds.
 
 :func:`convert` turns one value of a YAML or TOML file into what its argparse option would
@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-from .errors import UsageError
+from ..errors import UsageError
 
 
 def _is_paired_switch(action: argparse.Action) -> bool:
