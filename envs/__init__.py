@@ -15,17 +15,23 @@ Registered gymnasium ids (single env via ``gymnasium.make``, vector env via
 ``gymnasium.make_vec(id, num_envs=N, vectorization_mode="vector_entry_point")``):
 ``ppo_lstm_trader/Trading-v0`` (market from the config, default "mixed") and one per
 market: ``ppo_lstm_trader/GBM-v0``, ``OU-v0``, ``Regime-v0``, ``Jump-v0``,
-``GARCH-v0``, ``Mixed-v0``.
+``GARCH-v0``, ``Mixed-v0``. They are registered on import (their entry points are strings:
+nothing is built until ``gymnasium.make``); ``TradingEnv`` and ``VectorTradingEnv`` are imported
+on first use, so code that needs only the observation or the config (the ONNX inference route)
+does not load the env, the markets or the data loader.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium
 
 from envs.config import MARKETS, EnvConfig
-from envs.trading_env import TradingEnv
-from envs.vector import VectorTradingEnv
+
+if TYPE_CHECKING:
+    from envs.data.loading import DataError, MarketData, load_ohlcv
+    from envs.trading_env import TradingEnv
+    from envs.vector import VectorTradingEnv
 
 NAMESPACE = "ppo_lstm_trader"
 ENV_ID = f"{NAMESPACE}/Trading-v0"
@@ -43,9 +49,17 @@ _DATA_NAMES = ("MarketData", "DataError", "load_ohlcv")
 
 
 def __getattr__(name: str) -> Any:
-    """Lazy access to the data-loading names (``envs.data.loading``)."""
+    """Lazy access to the envs (``trading_env.py``, ``vector.py``) and the data-loading names (``envs.data``)."""
+    if name == "TradingEnv":
+        from envs.trading_env import TradingEnv
+
+        return TradingEnv
+    if name == "VectorTradingEnv":
+        from envs.vector import VectorTradingEnv
+
+        return VectorTradingEnv
     if name in _DATA_NAMES:
-        from envs.data import loading as data
+        import envs.data as data
 
         return getattr(data, name)
     raise AttributeError(f"module 'envs' has no attribute {name!r}")

@@ -18,26 +18,10 @@ import pandas as pd
 from envs.data.checks import _numeric
 from envs.data.errors import _Ctx, _more
 from envs.data.features import FEATURE_MAX_ABS, FEATURE_MIN_ABS, out_of_range
+from envs.data.names import _ADJ_CLOSE, _PRICE_ALIASES, _TIME_NAMES, _VOLUME, _norm  # noqa: F401 - re-exported
 
-_PRICE_ALIASES: dict[str, tuple[str, ...]] = {
-    "open": ("open", "o", "openprice"),
-    "high": ("high", "h", "highprice"),
-    "low": ("low", "l", "lowprice"),
-    "close": ("close", "c", "closeprice"),
-}
-_ADJ_CLOSE = ("adjclose", "adjustedclose", "adjclosing")  # Adj Close; scales Open/High/Low when Close is there too
-_VOLUME = ("volume", "vol", "v")
-_TIME_NAMES = (
-    "datetime", "timestamp", "date", "time", "gmttime", "utctime", "localtime", "datetimeutc",
-    "dateutc", "timeutc", "opentime", "unix", "unixtime", "epoch", "ts", "dt",
-)
 _UNNAMED = re.compile(r"^(unnamed:?\d*|index|level0|)$")
 _TIME_OF_DAY = r"\s*\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?\s*([AaPp][Mm])?\s*"
-
-
-def _norm(name: object) -> str:
-    """Normalised column name: lower case without spaces, underscores, dashes or dots."""
-    return re.sub(r"[\s_\-.]+", "", str(name).lower())
 
 
 def _find(ctx: _Ctx, columns: list[str], aliases: tuple[str, ...], what: str) -> str | None:

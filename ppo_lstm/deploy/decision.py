@@ -5,7 +5,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
+
+from .times import iso, stamp
 
 
 @dataclass(frozen=True, eq=False)
@@ -18,9 +19,11 @@ class Decision:
     estimate (reward units); ``equity``: the paper account's equity at ``time``'s close;
     ``bust``: the account reached 0 and is kept flat; ``bar``: the bar's index in the
     stream (0 = the first bar consumed); ``observation`` [D] float32: the network's input.
+    ``time`` is a ``numpy.datetime64[ns]``, naive UTC (``pandas.Timestamp(decision.time)`` for a
+    pandas one); ``to_dict`` writes it as ISO 8601 text.
     """
 
-    time: pd.Timestamp
+    time: np.datetime64
     bar: int
     target_position: int
     position: int
@@ -55,13 +58,18 @@ class Decision:
     def to_dict(self) -> dict[str, Any]:
         """Plain, JSON-ready summary (without the observation)."""
         return {
-            "time": self.time.isoformat(), "target_position": self.target_position, "position": self.position,
+            "time": iso(self.time_ns), "target_position": self.target_position, "position": self.position,
             "probabilities": {str(p): q for p, q in zip(self.positions, self.probabilities)},
             "value": self.value, "logits": list(self.logits), "equity": self.equity, "bust": self.bust,
         }
 
+    @property
+    def time_ns(self) -> int:
+        """``time`` as naive-UTC nanoseconds."""
+        return int(np.datetime64(self.time, "ns").view(np.int64))
+
     def _state(self) -> dict[str, Any]:
-        return {"time_ns": int(self.time.value), "bar": self.bar, "target_position": self.target_position,
+        return {"time_ns": self.time_ns, "bar": self.bar, "target_position": self.target_position,
                 "position": self.position, "logits": list(self.logits), "value": self.value,
                 "equity": self.equity, "bust": self.bust, "observation": self.observation.tolist()}
 
@@ -71,6 +79,6 @@ class Decision:
         logits = tuple(float(v) for v in s["logits"])
         if obs.shape != (dim,) or len(logits) != len(positions) or int(s["target_position"]) not in positions:
             raise ValueError("the last decision's observation, logits or target do not fit this policy")
-        return cls(time=pd.Timestamp(int(s["time_ns"])), bar=int(s["bar"]), target_position=int(s["target_position"]),
+        return cls(time=stamp(int(s["time_ns"])), bar=int(s["bar"]), target_position=int(s["target_position"]),
                    position=int(s["position"]), positions=positions, logits=logits, value=float(s["value"]),
                    equity=float(s["equity"]), bust=bool(s["bust"]), observation=obs)

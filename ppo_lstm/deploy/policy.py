@@ -67,10 +67,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
-import pandas as pd
 
 from envs.config import EnvConfig
-from envs.data import MarketData
+from envs.data.market_data import MarketData
 from envs.observation import Observer
 
 from ..errors import UsageError, one_line
@@ -82,6 +81,7 @@ from .readouts import StreamReadouts
 from .spec import PolicySpec, StepFn
 from .state import (STATE_FORMAT, STATE_VERSION, BarChain, bar_records, chain_digest, check_owner, check_seal,
                     check_state, policy_entry, read_state_file, seal, write_state_file)
+from .times import shown
 from .windows import EmaWindow, FeatureWindow, ReturnWindow, feature_constants
 
 if TYPE_CHECKING:
@@ -184,7 +184,7 @@ class TradingPolicy(StreamReadouts):
         if self._chain.bars:
             raise UsageError(f"start is set before the first bar; this stream has consumed {self._chain.bars} bars "
                              f"(call reset() first)")
-        self._chain.start_ns = None if start is None else int(parse_start(start).value)
+        self._chain.start_ns = None if start is None else int(parse_start(start).view(np.int64))
 
     def warm_up(self, source: Source, start: Optional[str] = None, date_format: Optional[str] = None
                 ) -> Optional[Decision]:
@@ -220,7 +220,8 @@ class TradingPolicy(StreamReadouts):
                volume: float = 0.0, features: Optional[FeatureValues] = None) -> Optional[Decision]:
         """Consume one new bar (after it closed); returns the decision for the next bar.
 
-        ``time``: anything ``pandas.Timestamp`` reads (time zones become naive UTC), after
+        ``time``: a ``numpy.datetime64``, a ``datetime`` or ISO 8601 text (read without pandas), or
+        anything else ``pandas.Timestamp`` reads (pandas imported then); time zones become naive UTC; after
         the last bar's; prices finite and > 0, volume finite and >= 0. ``features``: with a
         policy trained with ``--features``, the bar's raw value of each feature column, by
         name (matched case-insensitively, as the loader does; a dict, a ``pandas.Series`` or
@@ -228,9 +229,9 @@ class TradingPolicy(StreamReadouts):
         warm-up). UsageError otherwise.
         """
         t, values = bar_values(time, self._chain.last_ns, open, high, low, close, volume)
-        raw = feature_row(features, self.spec.features, pd.Timestamp(t))
+        raw = feature_row(features, self.spec.features, shown(t))
         if raw is not None:
-            self._features.add(raw, f"bar at {pd.Timestamp(t)}")
+            self._features.add(raw, f"bar at {shown(t)}")
         self._consume(bar_records(np.array([t]), *([v] for v in values), raw)[0], t, values[0], values[3])
         return self._decision
 
@@ -276,7 +277,7 @@ class TradingPolicy(StreamReadouts):
         action = book.decide(logits)
         positions = self.spec.positions
         self._decision = Decision(
-            time=pd.Timestamp(t), bar=self._chain.bars - 1, target_position=positions[action],
+            time=np.datetime64(t, "ns"), bar=self._chain.bars - 1, target_position=positions[action],
             position=self.position, positions=positions, logits=tuple(float(v) for v in logits),
             value=float(value), equity=float(book.ledger.equity[0]), bust=book.bust, observation=obs[0].copy())
 

@@ -32,14 +32,14 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-import pandas as pd
-
-from envs.data import DataError, date_span
+import numpy as np
 
 from ..config.flags import add_config_options, settings_or_exit
 from ..errors import EXIT_USAGE, OneLineParser, Switch, UsageError, one_line
+from .bars import check_start
 from .policy import Decision, TradingPolicy, as_market_data, parse_start
 from .state import STATE_VERSION, state_lock
+from .times import iso
 
 
 def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
@@ -97,7 +97,7 @@ def check_state_path(path: Path) -> None:
 
 def too_few(policy: TradingPolicy, source: str, bars: int) -> UsageError:
     """No decision yet: fewer than window + 1 bars in all. (A bar at or after --start exists:
-    ``date_span`` checked it; a file whose feature column has no value yet at its last bar
+    ``check_start`` checked it; a file whose feature column has no value yet at its last bar
     holds no value in it at all: the loader refuses it, naming the column.)"""
     W = policy.env.window
     return UsageError(f"{source}: has {bars} bars; a decision needs at least window + 1 = {W + 1} (the policy's "
@@ -123,7 +123,7 @@ def _run(args: argparse.Namespace) -> tuple[TradingPolicy, Decision, int]:
                   f"{STATE_VERSION}, sealed", file=sys.stderr)
         start = None if args.start is None else parse_start(args.start)
         if start != policy.start:
-            was = "no --start" if policy.start is None else f"--start {policy.start.isoformat()}"
+            was = "no --start" if policy.start is None else f"--start {iso(policy.start)}"
             raise UsageError(f"--state {args.state} was started with {was}; pass the same, or a new --state file")
         try:
             policy.verify_history(data)
@@ -141,10 +141,7 @@ def _run(args: argparse.Namespace) -> tuple[TradingPolicy, Decision, int]:
         if args.fill is not None:
             raise UsageError("--fill reports the fill of a decision a --state file holds; pass the --state of "
                              "the call that took it")
-        try:
-            date_span(data, args.start)  # a bar at or after --start
-        except DataError as err:
-            raise UsageError(str(err)) from None
+        check_start(data, args.start)  # a bar at or after --start
         decision = policy.warm_up(data, args.start)
         new = len(data)
     if decision is None:
@@ -167,7 +164,7 @@ def format_text(decision: Decision, policy: TradingPolicy, source: str) -> str:
         trade = f"{'buy' if move > 0 else 'sell'} {abs(move)} at the next open"
     probabilities = "  ".join(f"{_lots(p)}: {q:.4f}" for p, q in zip(decision.positions, decision.probabilities))
     lines = [
-        f"Decision after the bar of {decision.time.isoformat()} (bar {decision.bar + 1} of {source}), "
+        f"Decision after the bar of {iso(decision.time)} (bar {decision.bar + 1} of {source}), "
         f"for the next bar:",
         f"  target position  {_lots(decision.target_position)} lots (holding {_lots(decision.position)}: {trade})",
         f"  probabilities    {probabilities}",
@@ -178,9 +175,9 @@ def format_text(decision: Decision, policy: TradingPolicy, source: str) -> str:
     return "\n".join(lines)
 
 
-def _opened(stamp: Optional[pd.Timestamp]) -> str:
+def _opened(stamp: Optional[np.datetime64]) -> str:
     """``account opened at the close of <stamp>, `` (nothing for a state of an older version, which has no record)."""
-    return "" if stamp is None else f"account opened at the close of {stamp.isoformat()}, "
+    return "" if stamp is None else f"account opened at the close of {iso(stamp)}, "
 
 
 def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
@@ -197,7 +194,7 @@ def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
         return EXIT_USAGE
     if args.json:
         report = {**decision.to_dict(), "bars": policy.bars, "new_bars": new,
-                  "start": None if policy.opened_at is None else policy.opened_at.isoformat(),
+                  "start": None if policy.opened_at is None else iso(policy.opened_at),
                   "route": policy.spec.backend}
         print(json.dumps(report, allow_nan=False))
     else:

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from typing import Optional
 
-import pandas as pd
+import numpy as np
 
 from .book import PaperBook
 from .decision import Decision
 from .spec import PolicySpec
 from .state import BarChain
+from .times import stamp
 from .windows import FeatureWindow
 
 
@@ -43,19 +44,19 @@ class StreamReadouts:
         return self._chain.since_start
 
     @property
-    def last_time(self) -> Optional[pd.Timestamp]:
-        """Time of the last bar consumed."""
+    def last_time(self) -> Optional[np.datetime64]:
+        """Time of the last bar consumed (``numpy.datetime64[ns]``, naive UTC, as every time read here)."""
         return self._chain.last_time
 
     @property
-    def start(self) -> Optional[pd.Timestamp]:
+    def start(self) -> Optional[np.datetime64]:
         """The ``start`` this stream was begun with (None: from the first bar)."""
-        return None if self._chain.start_ns is None else pd.Timestamp(self._chain.start_ns)
+        return None if self._chain.start_ns is None else stamp(self._chain.start_ns)
 
     @property
-    def opened_at(self) -> Optional[pd.Timestamp]:
+    def opened_at(self) -> Optional[np.datetime64]:
         """The first decision bar: the account opened at its close (None while warming up)."""
-        return None if self._opened_ns is None else pd.Timestamp(self._opened_ns)
+        return None if self._opened_ns is None else stamp(self._opened_ns)
 
     def undefined_features(self) -> list[str]:
         """The feature columns without a value at the last bar consumed (their warm-up): no

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
-import pandas as pd
 
 from envs.config import EnvConfig
 from envs.data import MarketData
@@ -31,6 +30,7 @@ from ..errors import UsageError, one_line
 from .files import atomic_write, waiting_lock
 from .bars import features_of
 from .spec import PolicySpec, env_settings
+from .times import iso, shown, stamp
 
 STATE_FORMAT = "ppo-lstm-trader policy state"
 STATE_VERSION = 2  # 2: sealed (``state_digest``); 1 (no seal) is read and written back as 2
@@ -75,8 +75,11 @@ class BarChain:
         self.last_ns: Optional[int] = None
 
     @property
-    def last_time(self) -> Optional[pd.Timestamp]:
-        return None if self.last_ns is None else pd.Timestamp(self.last_ns)
+    def last_time(self) -> Optional[np.datetime64]:
+        return None if self.last_ns is None else stamp(self.last_ns)
+
+    def _last_shown(self) -> str:
+        return "None" if self.last_ns is None else shown(self.last_ns)
 
     def add(self, record: np.ndarray, t: int) -> None:
         """One more bar: its record [6+F] (``bar_records``) and time ``t`` (ns)."""
@@ -89,9 +92,9 @@ class BarChain:
     def state(self) -> dict[str, Any]:
         """The policy state's entries from ``start_ns`` to ``since_start``."""
         start, last = self.start_ns, self.last_ns
-        return {"start_ns": start, "start": None if start is None else pd.Timestamp(start).isoformat(),
+        return {"start_ns": start, "start": None if start is None else iso(start),
                 "bars": self.bars, "digest": self.digest.hex(), "last_time_ns": last,
-                "last_time": None if last is None else pd.Timestamp(last).isoformat(),
+                "last_time": None if last is None else iso(last),
                 "since_start": self.since_start}
 
     def restore(self, s: dict[str, Any]) -> None:
@@ -113,15 +116,15 @@ class BarChain:
         n = self.bars
         if len(data) < n:
             raise UsageError(f"{data.source}: has {len(data)} bars, fewer than the {n} the state has consumed "
-                             f"(up to {self.last_time}); pass the file the state was built on, or start a new "
+                             f"(up to {self._last_shown()}); pass the file the state was built on, or start a new "
                              f"state")
         stamps = np.asarray(data.timestamps[:n]).astype(_NS).view(np.int64)
         raw = features_of(data, features, trained_with)
         records = bar_records(stamps, data.open[:n], data.high[:n], data.low[:n], data.close[:n], data.volume[:n],
                               None if raw is None else raw[:n])
         if chain_digest(b"", records) != self.digest:
-            raise UsageError(f"{data.source}: its first {n} bars (to {pd.Timestamp(int(stamps[-1])) if n else '-'}) "
-                             f"are not the {n} bars the state has consumed (to {self.last_time}): another file, or "
+            raise UsageError(f"{data.source}: its first {n} bars (to {shown(int(stamps[-1])) if n else '-'}) "
+                             f"are not the {n} bars the state has consumed (to {self._last_shown()}): another file, or "
                              f"its history was revised (e.g. re-adjusted prices); start a new state")
 
 

@@ -18,12 +18,13 @@ import threading
 from typing import Any, Callable, Optional
 
 import numpy as np
-import pandas as pd
 
-from ..deploy.bars import bar_time_ns, feature_row
+from ..deploy.bars import bar_time_ns, check_start, feature_row
 from ..deploy.policy import TradingPolicy
 from ..deploy.predict import too_few
 from ..deploy.state import bar_records, read_state_file, sealed_file
+from ..deploy.times import iso as _iso
+from ..deploy.times import shown
 from ..errors import UsageError
 from .errors import RequestError
 from .history import chain_before_last, history_data, widest_gap_ns
@@ -31,10 +32,6 @@ from .models import Bar, Fill, OpenSession
 from .state_files import StateFiles
 
 SERVE_KEY = "serve"
-
-
-def _iso(ns: int) -> str:
-    return pd.Timestamp(ns).isoformat()
 
 
 class Session:
@@ -54,13 +51,7 @@ class Session:
         """A new session warmed on ``request``'s history, its state written (UsageError for bad input)."""
         spec = policy.spec
         data = history_data(request.bars, spec.features)
-        if request.start is not None:
-            from envs.data import DataError, date_span
-
-            try:
-                date_span(data, request.start)  # a bar at or after start, as predict requires
-            except DataError as err:
-                raise UsageError(str(err)) from None
+        check_start(data, request.start)  # a bar at or after start, as predict requires
         if policy.warm_up(data, request.start) is None:
             raise too_few(policy, "the history", policy.bars)
         prev = chain_before_last(data, spec.features, policy.env.features)
@@ -92,8 +83,7 @@ class Session:
         """Consume ``bar`` and answer with the decision for the next bar (see the module docstring)."""
         policy = self.policy
         t = bar_time_ns(bar.time)
-        last = policy.last_time
-        last_ns = int(last.value)
+        last_ns = int(policy.last_time.view(np.int64))  # a session is opened on a decision: it has bars
         if t <= last_ns:
             if t == last_ns and self._repeats_last(bar, t):
                 return self.answer(duplicate=True)
@@ -139,7 +129,7 @@ class Session:
     def _repeats_last(self, bar: Bar, t: int) -> bool:
         """Whether ``bar`` is the last bar consumed again: its record continues the chain to the state's digest."""
         spec = self.policy.spec
-        raw = feature_row(bar.features, spec.features, pd.Timestamp(t))
+        raw = feature_row(bar.features, spec.features, shown(t))
         record = bar_records(np.array([t]), *([v] for v in (bar.open, bar.high, bar.low, bar.close, bar.volume)),
                              raw)[0]
         digest = hashlib.sha256(bytes.fromhex(self.entry["prev_digest"]) + record.tobytes()).hexdigest()
@@ -166,13 +156,13 @@ class Session:
         opened = policy.opened_at
         return {
             "session": self.name,
-            "bar": {"time": decision.time.isoformat(), "index": decision.bar},
+            "bar": {"time": _iso(decision.time), "index": decision.bar},
             "decision": {"target_position": decision.target_position, "position": decision.position,
                          "trade": decision.target_position - decision.position,
                          "probabilities": {str(p): q for p, q in zip(decision.positions, decision.probabilities)},
                          "logits": list(decision.logits), "value": decision.value},
             "account": {"equity": decision.equity, "position": policy.position, "bust": decision.bust,
-                        "opened_at": None if opened is None else opened.isoformat(),
+                        "opened_at": None if opened is None else _iso(opened),
                         "pending_fill": None if fill is None else {"price": fill[0], "lots": fill[1]}},
             "duplicate": duplicate,
             "gap": self.entry.get("gap"),
@@ -182,7 +172,7 @@ class Session:
         """The session (``SessionOut``)."""
         policy, allowed = self.policy, self.entry.get("max_gap_ns")
         return {"session": self.name, "route": policy.spec.backend, "fingerprint": policy.spec.fingerprint,
-                "bars": policy.bars, "start": None if policy.start is None else policy.start.isoformat(),
+                "bars": policy.bars, "start": None if policy.start is None else _iso(policy.start),
                 "features": list(policy.spec.features),
                 "allowed_gap_seconds": None if allowed is None else allowed / 1e9, "last": self.answer()}
 

@@ -31,7 +31,7 @@ def uninterrupted(model: Path, bodies: list[dict[str, Any]], bars: int) -> list[
     for i, b in enumerate(bodies[:bars]):
         decision = policy.update(b["time"], b["open"], b["high"], b["low"], b["close"], b["volume"], b["features"])
         if i >= HISTORY - 1:
-            found.append({"time": decision.time.isoformat(), "target_position": decision.target_position,
+            found.append({"time": decision.to_dict()["time"], "target_position": decision.target_position,
                           "logits": list(decision.logits), "value": decision.value, "equity": decision.equity})
     return found
 
