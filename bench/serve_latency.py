@@ -17,10 +17,12 @@ synthetic daily file, and exported to ONNX. Every case warms a stream on the fil
 * ``predict-ppo-lstm --state`` once per new bar (a fresh process per call, ``--calls`` calls), with
   ``--model`` and with ``--checkpoint``.
 
-The import of the ONNX route (``TradingPolicy``, ``OnnxStep`` and onnxruntime) is timed in fresh
-processes (CPU seconds, median of 5), beside its parts and torch's.
+The import of the ONNX route (``TradingPolicy``, ``OnnxStep`` and onnxruntime; then predict's and the
+server's command modules) is timed in fresh processes (CPU seconds, median of 5), beside its parts and
+torch's and pandas'; the route's rows fail the bench if torch or pandas comes in. ``--only-imports`` times
+the imports alone (the table's import rows and the JSON line, without the latency rows).
 
-    python bench/serve_latency.py [--bars 1000] [--sessions 50] [--history 600] [--calls 5]
+    python bench/serve_latency.py [--bars 1000] [--sessions 50] [--history 600] [--calls 5] [--only-imports]
 
 Prints a table and one JSON line. The machine is shared: compare the rows of one run.
 """
@@ -49,6 +51,11 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTH
 IMPORTS = {
     "ONNX route (TradingPolicy, OnnxStep, onnxruntime)":
         "from ppo_lstm.deploy.policy import TradingPolicy; from ppo_lstm.deploy.onnx_model import OnnxStep; "
+        "import onnxruntime",
+    "predict-ppo-lstm --model's modules (+ onnxruntime)":
+        "import ppo_lstm.deploy.predict; from ppo_lstm.deploy.onnx_model import OnnxStep; import onnxruntime",
+    "serve-ppo-lstm --model's modules (+ FastAPI, uvicorn)":
+        "import ppo_lstm.serve.cli, ppo_lstm.serve.app, uvicorn; from ppo_lstm.deploy.onnx_model import OnnxStep; "
         "import onnxruntime",
     "numpy + onnxruntime alone": "import numpy, onnxruntime",
     "pandas alone (with numpy)": "import pandas",
@@ -234,14 +241,17 @@ def predict_calls(route: list[str], frame: pd.DataFrame, history: int, calls: in
 
 
 def import_cpu(code: str, repeats: int = 5) -> float:
-    """Median CPU seconds of ``code`` in a fresh process (``time.process_time`` around it); checks torch stays out."""
+    """Median CPU seconds of ``code`` in a fresh process (``time.process_time`` around it); checks torch (and,
+    for the project's modules, pandas) stay out."""
     probe = (f"import time, sys; t = time.process_time(); {code}; c = time.process_time() - t; "
-             f"print(c, 'torch' in sys.modules)")
+             f"print(c, 'torch' in sys.modules, 'pandas' in sys.modules)")
     found = []
     for _ in range(repeats):
-        cpu, torch_in = run(sys.executable, "-c", probe, cwd=ROOT).split()
+        cpu, torch_in, pandas_in = run(sys.executable, "-c", probe, cwd=ROOT).split()
         if "torch" not in code and torch_in == "True":
             raise SystemExit(f"bench/serve_latency.py: {code} imported torch")
+        if "ppo_lstm" in code and pandas_in == "True":
+            raise SystemExit(f"bench/serve_latency.py: {code} imported pandas")
         found.append(float(cpu))
     return statistics.median(found)
 
@@ -262,15 +272,24 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=50, help="concurrent sessions of the load case (default 50)")
     parser.add_argument("--history", type=int, default=600, help="bars each stream is warmed on (default 600)")
     parser.add_argument("--calls", type=int, default=5, help="predict-ppo-lstm calls per route (default 5)")
+    parser.add_argument("--only-imports", action="store_true", help="time the imports alone")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="serve-latency-"))
     load_before = Path("/proc/loadavg").read_text().split()[:3]
     try:
-        report = measure(args, work)
+        report = measure_imports() if args.only_imports else measure(args, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report["loadavg_before_after"] = [load_before, Path("/proc/loadavg").read_text().split()[:3]]
     show(report, args)
+
+
+def measure_imports() -> dict[str, Any]:
+    """The import rows alone (``--only-imports``)."""
+    from importlib.metadata import version
+
+    return {"bench": "serve_latency", "machine": machine(), "torch": version("torch"), "rows": {},
+            "import_cpu_s": {name: import_cpu(code) for name, code in IMPORTS.items()}}
 
 
 def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -301,9 +320,14 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 def show(report: dict[str, Any], args: argparse.Namespace) -> None:
+    before, after = report["loadavg_before_after"]
+    if not report["rows"]:  # --only-imports
+        print(f"{report['machine']}; torch {report['torch']}; imports only")
+        print(f"load average (1, 5, 15 min) {' '.join(before)} before, {' '.join(after)} after")
+        show_imports(report)
+        return
     print(f"{report['machine']}; torch {report['torch']} (one thread); a default-size policy (window 32, EMA 500, "
           f"hidden 64, LSTM 64), warmed on {args.history} bars")
-    before, after = report["loadavg_before_after"]
     print(f"load average (1, 5, 15 min) {' '.join(before)} before, {' '.join(after)} after")
     print(f"{'case':<52}{'p50 ms':>9}{'p99 ms':>9}{'n':>8}")
     for name, row in report["rows"].items():
@@ -316,9 +340,14 @@ def show(report: dict[str, Any], args: argparse.Namespace) -> None:
     print("httpx rows: httpx.Client on one keep-alive connection, as a trading loop would; minimal client rows: "
           "asyncio streams, one connection a session")
     print(f"predict-ppo-lstm rows: {args.calls} calls each (p99: the slowest)")
+    show_imports(report)
+
+
+def show_imports(report: dict[str, Any]) -> None:
+    """The import rows and the JSON line."""
     print("import, CPU seconds in a fresh process (median of 5):")
     for name, cpu in report["import_cpu_s"].items():
-        print(f"  {name:<52}{cpu:>6.3f}")
+        print(f"  {name:<56}{cpu:>6.3f}")
     print(json.dumps(report))
 
 

@@ -6,7 +6,7 @@ past, live = bars.iloc[:-3], bars.iloc[-3:]  # the history, and three bars that 
 
 policy = TradingPolicy.load("runs/googl/best.pt")
 decision = policy.warm_up(past, start="2017-09-01")  # a DataFrame, a file path or a MarketData
-print("after", decision.time.date(), "hold", decision.target_position, "lots next bar")
+print("after", decision.time.astype("datetime64[D]"), "hold", decision.target_position, "lots next bar")
 policy.save_state("googl.state.json")  # tomorrow: policy.load_state("googl.state.json")
 
 for bar in live.itertuples():
@@ -14,5 +14,6 @@ for bar in live.itertuples():
     # otherwise, policy.fill(price, lots) would book that instead
     decision = policy.update(bar.Date, bar.Open, bar.High, bar.Low, bar.Close, bar.Volume)
     chances = " ".join(f"{lots}:{p:.3f}" for lots, p in zip(decision.positions, decision.probabilities))
-    print("after", decision.time.date(), "holding", decision.position, "-> hold", decision.target_position,
+    day = decision.time.astype("datetime64[D]")  # a numpy.datetime64[ns]; pd.Timestamp(decision.time) for pandas'
+    print("after", day, "holding", decision.position, "-> hold", decision.target_position,
           f"({chances}; value {decision.value:.3f}; equity {decision.equity:,.2f})")
