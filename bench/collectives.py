@@ -41,8 +41,9 @@ from ppo_lstm.algo.rollout import RolloutCollector  # noqa: E402
 from ppo_lstm.config.plan import minibatches, steps_per_env
 from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import launch  # noqa: E402
-from ppo_lstm.train.agreement import exchange  # noqa: E402
+from ppo_lstm.train.agreement import RankReport, exchange  # noqa: E402
 from ppo_lstm.train.build import build_agent, build_optimizer  # noqa: E402
+from ppo_lstm.config.plan import learning_rates
 
 
 def timed(call, calls: int) -> list[float]:
@@ -71,7 +72,7 @@ def worker(config: TrainConfig, w) -> int:
     flag = torch.zeros(1)
     rows = local.packed()
     cases = {
-        "exchange (all_gather)": (lambda: exchange(comm, local, records, False, 0, 1.0, capacity),
+        "exchange (all_gather)": (lambda: exchange(comm, local, RankReport(records, capacity)),
                                   rows.numel() * 4 + (7 + capacity * 6) * 8, 1),
         "gradient step (all_reduce)": (lambda: comm.sum_(gradients.flat), gradients.flat.numel() * 4,
                                        config.epochs * minibatches(config, comm.world_size)),
@@ -83,8 +84,8 @@ def worker(config: TrainConfig, w) -> int:
         out[name] = {"bytes_per_rank": size, "per_iteration": per_iteration,
                      "median_ms": 1e3 * statistics.median(seconds),
                      "p90_ms": 1e3 * float(np.percentile(seconds, 90))}
-    out["gradient step, inside an update"] = in_updates(config, comm, exchange(comm, local, records, False, 0, 1.0,
-                                                                             capacity)[0])
+    combined = exchange(comm, local, RankReport(records, capacity))[0]
+    out["gradient step, inside an update"] = in_updates(config, comm, combined)
     if comm.rank == 0:
         Path(os.environ["BENCH_OUT"]).write_text(json.dumps(out) + "\n")
     return 0
@@ -95,7 +96,7 @@ def in_updates(config: TrainConfig, comm, batch) -> dict:
     updates = int(os.environ["BENCH_UPDATES"])
     torch.manual_seed(config.seed)  # the same weights on every rank, as the trainer's
     agent = build_agent(config)
-    optimizer = build_optimizer(config, agent, comm.world_size)
+    optimizer = build_optimizer(agent, learning_rates(config, comm.world_size))
     count = minibatches(config, comm.world_size)
     settings = PPOSettings(config.clip, config.epochs, count, config.ent_coef, config.vf_coef, config.max_grad_norm,
                            config.clip_vloss, config.norm_adv, config.target_kl, False, config.micro_batches)

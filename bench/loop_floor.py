@@ -65,6 +65,7 @@ from ppo_lstm.algo.agent import RecurrentActorCritic  # noqa: E402
 from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import LocalComm, Worker  # noqa: E402
 from ppo_lstm.train.build import build_agent, build_optimizer  # noqa: E402
+from ppo_lstm.config.plan import learning_rates
 from ppo_lstm.train.shutdown import StopRequest  # noqa: E402
 from ppo_lstm.train.timing import PhaseClock  # noqa: E402
 from ppo_lstm.train.trainer import Trainer  # noqa: E402
@@ -159,7 +160,7 @@ def env_step(config: TrainConfig, steps: int, rounds: int = 20) -> float:
 def gradient_floor(config: TrainConfig, steps: int, rounds: int = 10) -> float:
     """Seconds per minibatch gradient step, bare PyTorch (minimum over ``rounds`` updates of E x M steps)."""
     agent = build_agent(config)
-    optimizer = build_optimizer(config, agent)
+    optimizer = build_optimizer(agent, learning_rates(config))
     params = list(agent.parameters())
     e1, e2, lstm, pol, val = agent.encoder[0], agent.encoder[2], agent.lstm, agent.policy_head, agent.value_head
     b, d = NUM_ENVS // MINIBATCHES, config.env.obs_dim

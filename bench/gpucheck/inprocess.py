@@ -36,10 +36,10 @@ def _sync(trainer) -> None:
 def gathered(trainer, records: Any):
     """The rollout just collected, with its episode ``records`` ``[k, 6]``, through the rank
     exchange: the update's batch ``[T, N]``."""
-    from ppo_lstm.train.agreement import exchange
+    from ppo_lstm.train.agreement import RankReport, exchange
 
     local = trainer.rollout.finish()
-    batch, _ = exchange(trainer.comm, local, records, False, 0, 1.0, trainer.steps * trainer.config.num_envs)
+    batch, _ = exchange(trainer.comm, local, RankReport(records, trainer.steps * trainer.config.num_envs))
     return batch
 
 

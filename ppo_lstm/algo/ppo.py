@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from .agent import RecurrentActorCritic, sequence_boundaries
 from .buffer import RolloutBatch
+from .shares import share, shares
 from ..distributed import Comm
 
 
@@ -118,14 +119,6 @@ def explained_variance(predicted: Tensor, target: Tensor) -> Tensor:
 STEP_STATS = 6  # per gradient step: policy loss, value loss, entropy, approx-KL, clip fraction, non-finite losses
 
 
-def share(count: int, part: int, parts: int) -> slice:
-    """Part ``part`` of ``parts`` contiguous, near-equal pieces of ``range(count)`` (the first
-    ``count % parts`` pieces one longer; a piece may be empty)."""
-    base, longer = divmod(count, parts)
-    start = part * base + min(part, longer)
-    return slice(start, start + base + (part < longer))
-
-
 @dataclass
 class Minibatch:
     """One gradient step's env sequences: ``order[envs]`` of the batch, the whole minibatch
@@ -198,8 +191,8 @@ def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, ba
     ends the epochs with ``target_kl``, whose stop is decided on the whole minibatches' KL.
     """
     num_envs = batch.num_envs
-    if num_envs % settings.minibatches:
-        raise ValueError(f"{settings.minibatches} minibatches do not divide the batch's {num_envs} env sequences")
+    if not 1 <= settings.minibatches <= num_envs:
+        raise ValueError(f"{settings.minibatches} minibatches of the batch's {num_envs} env sequences leave one empty")
     device = batch.obs.device
     if starts_on_host is None:
         starts_on_host = batch.episode_starts.cpu()
@@ -207,26 +200,24 @@ def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, ba
     sums = torch.zeros(6, device=device)  # pg, v, entropy, kl, clipfrac, count
     finite = torch.ones((), dtype=torch.bool, device=device)  # every loss so far was finite
     count = torch.ones(1, device=device)
-    size = num_envs // settings.minibatches  # sequences in a minibatch
     epochs_run = 0
     for _ in range(settings.epochs):
         order = torch.randperm(num_envs, generator=permutation_generator)  # on the CPU, like the generator
         # a copy from pageable memory would wait for the GPU: from pinned memory it does not
         order_on_device = order.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else order
         epoch_kl = torch.zeros((), device=device)
-        for first in range(0, num_envs, size):
-            envs = slice(first, first + size)
+        for envs in shares(num_envs, settings.minibatches):  # near-equal: sizes differ by one sequence at most
             moments = None
             if settings.norm_adv:
                 advantages = batch.advantages[:, order_on_device[envs]]  # [T, B] the whole minibatch's
                 moments = advantages.mean(), advantages.std()
             minibatch = Minibatch(order, order_on_device, envs, moments)
-            mine = share(size, comm.rank, comm.world_size)
+            mine = share(envs.stop - envs.start, comm.rank, comm.world_size)
             gradients.zero_()
             for k in range(settings.micro_batches):
                 piece = share(mine.stop - mine.start, k, settings.micro_batches)
                 if piece.stop > piece.start:
-                    at = first + mine.start
+                    at = envs.start + mine.start
                     gradients.extra.add_(_piece_loss(agent, batch, settings, minibatch,
                                                      slice(at + piece.start, at + piece.stop), starts_on_host))
             comm.sum_(gradients.flat)  # [P + 6]: the minibatch's gradient and statistics on every rank

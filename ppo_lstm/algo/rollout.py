@@ -143,14 +143,19 @@ class RolloutCollector:
                                 f"is NaN or infinite); {NON_FINITE_ADVICE}")
         return np.concatenate(records) if records else np.zeros((0, len(EPISODE_FIELDS)))
 
-    def finish(self) -> RolloutBatch:
-        """The rollout as a batch ``[T, N]`` with GAE advantages, bootstrapped from the value
-        of the observation after it."""
+    def bootstrap(self) -> tuple[Tensor, Tensor]:
+        """Close the rollout: the last step's rewards (time-limit cuts valued), and the value
+        ``[N]`` of the observation after the rollout with whether it starts an episode ``[N]``,
+        which GAE (:meth:`RolloutBuffer.finish`) bootstraps from."""
         self.staging.upload()
         with torch.no_grad():
             self._store_rewards(self.steps - 1, self.lstm_state[0][0], self.lstm_state[1][0])
             _, values, _ = self.agent(self.staging.obs[None], self.lstm_state, self.staging.starts[None])
-        return self.buffer.finish(values[0], self.staging.starts, self.config.gamma, self.config.gae_lambda)
+        return values[0], self.staging.starts
+
+    def finish(self) -> RolloutBatch:
+        """The rollout as a batch ``[T, N]`` with GAE advantages: :meth:`bootstrap`, then GAE."""
+        return self.buffer.finish(*self.bootstrap(), self.config.gamma, self.config.gae_lambda)
 
     def _store_rewards(self, t: int, h: Tensor, c: Tensor) -> None:
         """Step ``t``'s rewards from the staging buffer into the rollout buffer, plus

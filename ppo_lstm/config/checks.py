@@ -67,17 +67,14 @@ def validate(config: TrainConfig, world_size: int = 1) -> None:
     steps = steps_per_env(config, world_size)
     total = config.num_envs * world_size
     count = minibatches(config, world_size)
-    if total % count:
-        valid = [m for m in range(1, total + 1) if total % m == 0]
-        raise UsageError(
-            f"--minibatches {config.minibatches} must divide the {total} env sequences of a batch "
-            f"(--num-envs {config.num_envs} x {world_size} workers); valid: {', '.join(map(str, valid))}"
-        )
-    if config.norm_adv and steps * total // count < 2:
-        fits = [m for m in range(1, total + 1) if total % m == 0 and steps * total // m >= 2]
+    if count > total:
+        raise UsageError(f"--minibatches {count} is more than the {total} env sequences of a batch (--num-envs "
+                         f"{config.num_envs} x {world_size} workers); use {total} or fewer")
+    if config.norm_adv and steps * (total // count) < 2:
+        fits = [m for m in range(1, total + 1) if steps * (total // m) >= 2]
         fewer = f"--minibatches {max(fits)} or fewer, " if fits else ""
         raise UsageError(
-            f"--minibatches {count} leaves one transition per minibatch "
+            f"--minibatches {count} leaves one transition in a minibatch "
             f"({update_batch(config, world_size)} transitions / {count}), too few to normalise "
             f"advantages; use {fewer}a larger --update-interval, or --no-norm-adv"
         )

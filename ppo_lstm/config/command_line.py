@@ -14,7 +14,7 @@ from envs.config import EnvConfig
 from ..errors import OneLineParser, UsageError
 from ..rundir.atomic import RUN_CONFIG_NAME, atomic_write_bytes
 from .files import dump_settings
-from .flags import DefaultsHelpFormatter, ParsedArgs, add_config_options, add_field_flag, flag_name, parse_args
+from .flags import DefaultsHelpFormatter, ParsedArgs, add_config_options, add_field_flag, parse_args
 from .schema import ENV, GROUP_TITLES, TrainConfig
 
 def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
@@ -72,7 +72,7 @@ def parse_command_line(argv: Optional[list[str]] = None, prog: Optional[str] = N
 def config_yaml(config: TrainConfig, header: tuple[str, ...] = ()) -> str:
     """``config`` as a YAML config file (every field, keyed by its flag name, grouped as in
     --help) that ``--config`` reads back into an equal :class:`TrainConfig`."""
-    return dump_settings(build_parser(), {name: value for name, (_, value) in _settings(config).items()}, header)
+    return dump_settings(build_parser(), {name: value for name, (_, value) in settings_of(config).items()}, header)
 
 
 def save_run_config(config: TrainConfig) -> Path:
@@ -92,34 +92,8 @@ def save_run_config(config: TrainConfig) -> Path:
     return path
 
 
-def _settings(config: TrainConfig) -> dict[str, tuple[dataclasses.Field, Any]]:
+def settings_of(config: TrainConfig) -> dict[str, tuple[dataclasses.Field, Any]]:
     """Every flag's field and value, keyed ``"name"`` or ``"env.name"``."""
     out = {f.name: (f, getattr(config, f.name)) for f in dataclasses.fields(config) if f.name != "env"}
     out.update({"env." + f.name: (f, getattr(config.env, f.name)) for f in dataclasses.fields(config.env)})
     return out
-
-
-def resumed_config(config: TrainConfig, given: frozenset[str],
-                   saved: dict[str, Any]) -> tuple[TrainConfig, list[str]]:
-    """The config of a resumed run: the checkpoint's ``saved`` settings, except the launch
-    fields and those the command line ``given`` (which win).
-
-    Returns it with one ``--flag old -> new`` entry per given setting that changed.
-    """
-    merged = TrainConfig.from_dict(saved)
-    changes = []
-    for name, (f, value) in _settings(config).items():
-        if not (f.metadata.get("launch") or name in given):
-            continue
-        target = merged.env if name.startswith("env.") else merged
-        old = getattr(target, f.name)
-        if not f.metadata.get("launch") and old != value:
-            changes.append(f"{flag_name(f.name)} {_show(old)} -> {_show(value)}")
-        setattr(target, f.name, value)
-    return merged, changes
-
-
-def _show(value: Any) -> str:
-    return "none" if value is None else str(value)
-
-

@@ -11,14 +11,22 @@ under :data:`MIN_SEQUENCES` sequences or :data:`MIN_MINIBATCH` transitions
 :data:`BASE_RATES` x min(sqrt(m / :data:`BASE_MINIBATCH`), ``--rate-cap``), m = U / minibatches
 the transitions of one gradient step (:data:`DEFAULT_RATE_CAP` unless given); at 4 minibatches
 that is sqrt(U / :data:`BASE_BATCH`). With ``--minibatches`` given, the rates follow the batch
-alone, sqrt(U / :data:`BASE_BATCH`), as they did before the rule picked minibatches. The
-functions read a :class:`~ppo_lstm.config.TrainConfig`.
+alone, sqrt(U / :data:`BASE_BATCH`). :class:`BatchPlan` holds what the rule picks for one
+run and worker count; the functions read a :class:`~ppo_lstm.config.schema.TrainConfig`.
+
+The rule is versioned (:data:`RULES`, ``--batch-rule``): a run keeps the version it started
+with, so a resume trains as the run was trained. Version 1 kept 16 steps at every count and
+only minibatches that divide the sequences; 2 added the 8-step rollouts and the 64-transition
+floor; 3 lets minibatches differ by one sequence, so no sequence count falls back to one
+minibatch where 2, 3 or 4 of them would hold enough.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Optional, Protocol
 
+from ..algo.shares import shares as sequence_shares
 from ..errors import UsageError
 
 
@@ -35,6 +43,7 @@ class BatchSettings(Protocol):
     learning_rate_critic: Optional[float]
     epochs: int
     episodes: int
+    batch_rule: int
     env: Any  # an EnvConfig: its episode_length
 
 STEPS_PER_ENV = 16  # rollout length T of every env per update, unless --rollout-steps or --update-interval set it
@@ -50,21 +59,38 @@ DEFAULT_RATE_CAP = 4.0  # ... up to this scale (--rate-cap), reached at a batch 
 SAVED_RATE_CAP = 8.0  # the cap of a checkpoint written before --rate-cap existed: it resumes at the rates it had
 
 
-def rule_steps(sequences: int) -> int:
+@dataclass(frozen=True)
+class BatchRule:
+    """One version of the rule's choices: the rollout length from :data:`SHORT_FROM` to
+    :data:`FULL_FROM` - 1 sequences, the fewest transitions a rule-picked minibatch holds, and
+    whether minibatches may differ by one sequence (else the count divides the sequences)."""
+
+    version: int
+    short_steps: int
+    min_minibatch: int
+    unequal: bool
+
+
+RULES = {1: BatchRule(1, STEPS_PER_ENV, 0, False), 2: BatchRule(2, SHORT_STEPS, MIN_MINIBATCH, False),
+         3: BatchRule(3, SHORT_STEPS, MIN_MINIBATCH, True)}
+LATEST_RULE = max(RULES)
+
+
+def rule_steps(sequences: int, rule: int = LATEST_RULE) -> int:
     """The rollout length T the rule gives S env ``sequences``: :data:`STEPS_PER_ENV`, but
     :data:`SHORT_STEPS` from :data:`SHORT_FROM` to :data:`FULL_FROM` - 1 sequences, where 4
     minibatches of 16-step sequences would each hold fewer than 8. There (2 workers of 8 envs,
     or 16 envs) a batch of 16 steps, 256 transitions in 4 minibatches of 4 sequences, learned
     less than one worker of 8 envs on the same env steps, and 8 steps, the batch of 128 in 2
     minibatches of 8 sequences, learned as well as it (docs/batch_scaling.md, "Many workers")."""
-    return SHORT_STEPS if SHORT_FROM <= sequences < FULL_FROM else STEPS_PER_ENV
+    return RULES[rule].short_steps if SHORT_FROM <= sequences < FULL_FROM else STEPS_PER_ENV
 
 
 def rollout_steps(config: BatchSettings, world_size: int = 1) -> int:
     """T when ``--update-interval`` is not given: ``--rollout-steps``, else :func:`rule_steps`."""
     if config.rollout_steps is not None:
         return config.rollout_steps
-    return rule_steps(config.num_envs * world_size)
+    return rule_steps(config.num_envs * world_size, config.batch_rule)
 
 
 def update_batch(config: BatchSettings, world_size: int = 1) -> int:
@@ -88,20 +114,20 @@ def batch_rate_scale(batch: int, cap: float = DEFAULT_RATE_CAP, base: int = BASE
     return min(math.sqrt(batch / base), cap)
 
 
-def least_sequences(steps: int) -> int:
+def least_sequences(steps: int, rule: int = LATEST_RULE) -> int:
     """The fewest env sequences of ``steps`` steps a rule-picked minibatch holds:
     :data:`MIN_SEQUENCES`, and enough for :data:`MIN_MINIBATCH` transitions (8 at 8 steps)."""
-    return max(MIN_SEQUENCES, math.ceil(MIN_MINIBATCH / max(steps, 1)))
+    return max(MIN_SEQUENCES, math.ceil(RULES[rule].min_minibatch / max(steps, 1)))
 
 
-def rule_minibatches(sequences: int, steps: int = STEPS_PER_ENV) -> int:
+def rule_minibatches(sequences: int, steps: int = STEPS_PER_ENV, rule: int = LATEST_RULE) -> int:
     """The minibatches the rule splits S env ``sequences`` of ``steps`` steps into: the most,
-    up to :data:`MAX_MINIBATCHES`, that divide S and leave each :func:`least_sequences`; 1
-    where none does. At batch 128 (8 envs), 2 minibatches of 64 transitions at rates x sqrt(2)
-    train 1.6 times the env steps of 4 of 32 at x1 in the same seconds (half the gradient steps
-    an update), and learned as well in them (docs/batch_scaling.md)."""
-    least = least_sequences(steps)
-    fits = [m for m in range(1, MAX_MINIBATCHES + 1) if sequences % m == 0 and sequences // m >= least]
+    up to :data:`MAX_MINIBATCHES`, that leave each :func:`least_sequences` (and, before
+    version 3, divide S); 1 where none does. At batch 128 (8 envs), 2 minibatches of 64
+    transitions at rates x sqrt(2) learned as well per second as 4 of 32 at x1
+    (docs/batch_scaling.md)."""
+    least, unequal = least_sequences(steps, rule), RULES[rule].unequal
+    fits = [m for m in range(1, MAX_MINIBATCHES + 1) if (unequal or sequences % m == 0) and sequences // m >= least]
     return max(fits, default=1)
 
 
@@ -111,7 +137,7 @@ def minibatches(config: BatchSettings, world_size: int = 1) -> int:
     if config.minibatches is not None:
         return config.minibatches
     sequences = config.num_envs * world_size
-    return rule_minibatches(sequences, update_batch(config, world_size) // sequences)
+    return rule_minibatches(sequences, update_batch(config, world_size) // sequences, config.batch_rule)
 
 
 def rate_basis(config: BatchSettings, world_size: int = 1) -> tuple[int, int]:
@@ -165,9 +191,10 @@ def describe_batch(config: BatchSettings, world_size: int = 1) -> str:
     else:
         how = "--learning-rate-actor and --learning-rate-critic as given"
     count = minibatches(config, world_size)
-    split = f"{count} minibatch{'es' if count > 1 else ''} of {u // count}"
+    sizes = sorted({t * (share.stop - share.start) for share in sequence_shares(n * world_size, count)}, reverse=True)
+    split = f"{count} minibatch{'es' if count > 1 else ''} of {' or '.join(map(str, sizes))}"
     if base == BASE_MINIBATCH:  # the rule took fewer than MAX_MINIBATCHES
-        split += (f" (default: {MAX_MINIBATCHES}, fewer to keep at least {least_sequences(t)} of the "
+        split += (f" (default: {MAX_MINIBATCHES}, fewer to keep at least {least_sequences(t, config.batch_rule)} of the "
                   f"{n * world_size} env sequences in each)")
     return (f"Batch: {u} transitions per update = {world_size} worker(s) x {n} envs x {t} steps ({rule}); "
             f"{split}, {config.epochs} epochs; learning rates {actor:.3g} / {critic:.3g} ({how})")
@@ -192,6 +219,32 @@ def steps_per_env(config: BatchSettings, world_size: int = 1) -> int:
     return u // (n * w)
 
 
-def total_updates(config: BatchSettings, world_size: int = 1) -> int:
-    """The updates a run of ``--episodes`` makes (at least 1), over which ``--anneal-lr`` runs."""
-    return max(1, math.ceil(config.episodes * config.env.episode_length / update_batch(config, world_size)))
+@dataclass(frozen=True)
+class BatchPlan:
+    """What the rule (or the flags) pick for one run on ``world_size`` workers, derived once
+    (:meth:`of`) and passed on: the rollout length T of every env, the batch U = T x N x W, its
+    minibatches, the (actor, critic) Adam rates before annealing, and the start-up line."""
+
+    world_size: int
+    num_envs: int
+    steps: int
+    batch: int
+    minibatches: int
+    rates: tuple[float, float]
+    description: str
+
+    @classmethod
+    def of(cls, config: BatchSettings, world_size: int = 1) -> "BatchPlan":
+        """The plan of ``config`` on ``world_size`` workers; UsageError where U does not divide."""
+        return cls(world_size, config.num_envs, steps_per_env(config, world_size), update_batch(config, world_size),
+                   minibatches(config, world_size), learning_rates(config, world_size),
+                   describe_batch(config, world_size))
+
+    @property
+    def sequences(self) -> int:
+        """S, the env sequences of one batch (envs x workers)."""
+        return self.num_envs * self.world_size
+
+    def updates_for(self, episodes: int, episode_length: int) -> int:
+        """The updates a run of ``episodes`` episodes makes (at least 1)."""
+        return max(1, math.ceil(episodes * episode_length / self.batch))

@@ -16,9 +16,8 @@ from typing import Any, Optional, Union
 
 from envs.config import EnvConfig
 
-from .migrate import as_this_version
 from .plan import (BASE_BATCH, BASE_MINIBATCH, BASE_RATES, DEFAULT_RATE_CAP, FULL_FROM, MAX_MINIBATCHES,
-                   MIN_MINIBATCH, MIN_SEQUENCES, SHORT_FROM, SHORT_STEPS, STEPS_PER_ENV)
+                   MIN_MINIBATCH, MIN_SEQUENCES, RULES, SHORT_FROM, SHORT_STEPS, STEPS_PER_ENV, LATEST_RULE)
 
 RUN, PPO, MODEL, DIST, ENV = "run", "PPO", "model", "distributed", "environment"
 GROUP_TITLES = {
@@ -111,6 +110,10 @@ class TrainConfig:
         DEFAULT_RATE_CAP, PPO, f"the most the batch rule scales the default learning rates by (the scale of "
                                f"--learning-rate-actor's default, up to this; {DEFAULT_RATE_CAP:g} is reached at a "
                                f"batch of {int(BASE_BATCH * DEFAULT_RATE_CAP ** 2)}); a given rate is not scaled")
+    batch_rule: int = setting(LATEST_RULE, PPO, "version of the batch rule, which picks the rollout length, the "
+                                                "minibatches and the default rates (docs/batch_scaling.md); a "
+                                                "resumed run keeps the version it started with",
+                              choices=tuple(RULES))
     gamma: float = setting(0.99, PPO, "discount factor")
     gae_lambda: float = setting(0.95, PPO, "GAE lambda")
     clip: float = setting(0.2, PPO, "PPO ratio clip range")
@@ -165,11 +168,16 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
-        """Inverse of :meth:`to_dict`; unknown keys are ignored (older/newer checkpoints)."""
-        values = as_this_version(values)
+        """Inverse of :meth:`to_dict`, for settings of this format (:mod:`ppo_lstm.config.migrate`
+        brings older ones to it). A key this version does not know is a ValueError: settings it
+        cannot run as they were meant."""
         env_names = {f.name for f in dataclasses.fields(EnvConfig)}
-        env = EnvConfig(**{k: v for k, v in values["env"].items() if k in env_names})
         names = {f.name for f in dataclasses.fields(cls)} - {"env"}
-        return cls(env=env, **{k: v for k, v in values.items() if k in names})
+        env = values.get("env", {})
+        unknown = sorted(set(values) - names - {"env"}) + sorted(f"env.{k}" for k in set(env) - env_names)
+        if unknown:
+            raise ValueError(f"settings this version does not know: {', '.join(unknown)} (written by a newer "
+                             f"version?)")
+        return cls(env=EnvConfig(**env), **{k: v for k, v in values.items() if k != "env"})
 
 

@@ -20,6 +20,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from ..config.migrate import migrate_checkpoint
 from ..errors import UsageError
 from .atomic import (BEST_NAME, CHECKPOINT_PATTERN, LATEST_NAME, METRICS_NAME, OWN_TEMP_PATTERN,
                      PREVIOUS_PREFIX, RUN_CONFIG_NAME, RUN_LOG_NAME, TENSORBOARD_NAME, CheckpointError, _fsync_dir,
@@ -76,7 +77,9 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     """Load a checkpoint safely (``weights_only=True``) onto the CPU.
 
     Raises :class:`CheckpointError` naming the file when it is missing, truncated,
-    corrupt, or holds anything but tensors and plain containers.
+    corrupt, or holds anything but tensors and plain containers. A checkpoint of an earlier
+    format comes back in this one (:func:`~ppo_lstm.config.migrate.migrate_checkpoint`); one
+    of a newer format is a :class:`UsageError`.
     """
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
@@ -87,7 +90,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: not a valid checkpoint ({reason[:200]})") from None
     if not isinstance(state, dict) or "model" not in state or "counters" not in state:
         raise CheckpointError(f"{path}: not a ppo-lstm-trader checkpoint (no model/counters)")
-    return state
+    return migrate_checkpoint(state, str(path))
 
 
 # ------------------------------------------------------------------ the directory

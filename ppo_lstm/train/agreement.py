@@ -32,25 +32,40 @@ class Agreement:
     fitted_episodes: int = 0  # --train-for: the episodes rank 0 fitted to the time (0: none this iteration)
 
 
+@dataclass(frozen=True)
+class RankReport:
+    """What one rank tells the others in an iteration's collective: the episode ``records``
+    ``[k, 6]`` (:data:`EPISODE_FIELDS`) it counts; ``capacity`` (T * N), which bounds the
+    episodes a rank can finish in one rollout, so every rank's row has one size (gloo needs
+    equal sizes); whether its share is ``done``; the signal it received (0: none); the
+    ``seconds`` its last rollout, gather and update took (the first iteration: its rollout so
+    far); whether it judged its previous update non-finite (``bad_update``); whether its clock
+    passed ``--time-limit`` (``time_up``); and rank 0's ``--train-for`` episodes (``fitted``,
+    0: none; exact in float64 up to 2**53)."""
+
+    records: np.ndarray
+    capacity: int
+    done: bool = False
+    signum: int = 0
+    seconds: float = 1.0
+    bad_update: bool = False
+    time_up: bool = False
+    fitted: int = 0
+
+
 HEADER = 7  # episode count, done flag, signal, env-steps/s, bad-update flag, time-up flag, fitted episodes
 ALIGN = 8  # bytes: the float64 agreement row is read through a view, which needs an aligned offset
 
 
-def agreement_row(records: np.ndarray, done: bool, signum: int, seconds: float, capacity: int,
-                  bad_update: bool = False, time_up: bool = False, fitted: int = 0) -> torch.Tensor:
+def agreement_row(report: RankReport) -> torch.Tensor:
     """One rank's row ``[7 + capacity * 6]`` (float64): ``[episode count, done flag, signal
     number or 0, env-steps/s, bad-update flag, time-up flag, fitted episodes or 0, records padded
-    to capacity x 6]``. ``capacity``
-    (T * N) bounds the episodes a rank can finish in one rollout, so every row has the same
-    size (gloo needs equal sizes); ``records`` ``[k, 6]`` (:data:`EPISODE_FIELDS`) are the
-    ones this rank counts; ``seconds`` is the time its last rollout, gather and update took
-    (the first iteration: its rollout so far); ``bad_update``: this rank judged its previous
-    update non-finite; ``time_up``: its clock passed ``--time-limit``; ``fitted``: rank 0's
-    ``--train-for`` episodes (exact in float64 up to 2**53)."""
-    row = torch.zeros(HEADER + capacity * len(EPISODE_FIELDS), dtype=torch.float64)
-    row[:HEADER] = torch.tensor([len(records), float(done), float(signum), capacity / max(seconds, 1e-9),
-                                 float(bad_update), float(time_up), float(fitted)], dtype=torch.float64)
-    row[HEADER:HEADER + records.size] = torch.from_numpy(records.reshape(-1))
+    to capacity x 6]``."""
+    r = report
+    row = torch.zeros(HEADER + r.capacity * len(EPISODE_FIELDS), dtype=torch.float64)
+    row[:HEADER] = torch.tensor([len(r.records), float(r.done), float(r.signum), r.capacity / max(r.seconds, 1e-9),
+                                 float(r.bad_update), float(r.time_up), float(r.fitted)], dtype=torch.float64)
+    row[HEADER:HEADER + r.records.size] = torch.from_numpy(r.records.reshape(-1))
     return row
 
 
@@ -63,10 +78,8 @@ def read_agreement(rows: torch.Tensor, capacity: int) -> Agreement:
                      bool(rows[:, 5].any()), int(rows[:, 6].max()))
 
 
-def exchange(comm: Comm, batch: RolloutBatch, records: np.ndarray, done: bool, signum: int, seconds: float,
-             capacity: int, bad_update: bool = False, time_up: bool = False,
-             fitted: int = 0) -> tuple[RolloutBatch, Agreement]:
-    """Gather every rank's ``batch`` ``[T, N]`` and :func:`agreement_row` in ONE collective.
+def exchange(comm: Comm, batch: RolloutBatch, report: RankReport) -> tuple[RolloutBatch, Agreement]:
+    """Gather every rank's ``batch`` ``[T, N]`` and ``report`` (:func:`agreement_row`) in ONE collective.
 
     Both travel as raw bytes in one row per rank (``[W, bytes]``): the batch's
     :meth:`~RolloutBatch.packed` rows ``[N, F]``, zero bytes up to the next multiple of
@@ -75,12 +88,12 @@ def exchange(comm: Comm, batch: RolloutBatch, records: np.ndarray, done: bool, s
     order) and the :class:`Agreement`.
     """
     rows = batch.packed()  # [N, F]
-    agreement = agreement_row(records, done, signum, seconds, capacity, bad_update, time_up, fitted).to(rows.device)
+    agreement = agreement_row(report).to(rows.device)
     size = rows.numel() * rows.element_size()
     split = -(-size // ALIGN) * ALIGN  # the agreement row starts on an 8-byte boundary, whatever N * F is
     padding = torch.zeros(split - size, dtype=torch.uint8, device=rows.device)
     payload = torch.cat([rows.reshape(-1).view(torch.uint8), padding, agreement.view(torch.uint8)])  # [bytes]
     everyone = comm.gather(payload.unsqueeze(0), dim=0)  # [W, bytes]
     batch_rows = everyone[:, :size].contiguous().view(rows.dtype).reshape(-1, rows.shape[1])  # [N * W, F]
-    agreed = read_agreement(everyone[:, split:].contiguous().view(torch.float64), capacity)
+    agreed = read_agreement(everyone[:, split:].contiguous().view(torch.float64), report.capacity)
     return batch.unpacked(batch_rows), agreed

@@ -8,7 +8,6 @@ from typing import Any
 import torch
 
 from ..algo.agent import RecurrentActorCritic
-from ..config.plan import learning_rates
 from ..config.schema import TrainConfig
 from ..errors import UsageError
 from .eager_adam import EagerAdam
@@ -19,14 +18,14 @@ def build_agent(config: TrainConfig) -> RecurrentActorCritic:
     return RecurrentActorCritic(config.env.obs_dim, config.env.num_actions, config.hidden_size, config.lstm_size)
 
 
-def build_optimizer(config: TrainConfig, agent: RecurrentActorCritic, world_size: int = 1) -> torch.optim.Adam:
+def build_optimizer(agent: RecurrentActorCritic, rates: tuple[float, float]) -> torch.optim.Adam:
     """Adam with two parameter groups: actor (encoder, LSTM, policy) and critic (value head),
-    at :func:`~ppo_lstm.config.plan.learning_rates` for ``world_size`` workers.
+    at the (actor, critic) ``rates`` (a run's :attr:`~ppo_lstm.config.plan.BatchPlan.rates`).
 
     The fused kernel: one call per group for every parameter, where ``foreach`` takes
     several (docs/benchmarks.md, "Training throughput"). :class:`EagerAdam` is torch's Adam
     without the seconds of importing ``torch._dynamo``."""
-    actor, critic = learning_rates(config, world_size)
+    actor, critic = rates
     return EagerAdam([
         {"params": agent.actor_parameters(), "lr": actor, "name": "actor"},
         {"params": agent.critic_parameters(), "lr": critic, "name": "critic"},

@@ -11,7 +11,7 @@ import torch
 
 from ..algo.episodes import EpisodeTotals
 from ..algo.ppo import UpdateStats
-from ..config.plan import describe_batch, steps_per_env
+from ..config.plan import BatchPlan
 from ..config.schema import TrainConfig
 from ..distributed import episode_share
 from ..rundir.checkpoint import BEST_NAME
@@ -19,17 +19,17 @@ from .holdout import Holdout, HoldoutResult, holdout_columns
 from .run_state import RunState
 
 
-def startup_lines(config: TrainConfig, world_size: int, rank: int, state: RunState, resumed_from: Optional[Path],
+def startup_lines(config: TrainConfig, plan: BatchPlan, rank: int, state: RunState, resumed_from: Optional[Path],
                   holdout: Optional[Holdout], notes: list[str]) -> list[str]:
-    """The lines after the log header: the batch split, where a resume started, the costs'
-    ramp, which workers trade --data, the hold-out, then the ``notes``."""
-    c, s = config, state
+    """The lines after the log header: the batch split (``plan``'s), where a resume started, the
+    costs' ramp, which workers trade --data, the hold-out, then the ``notes``."""
+    c, s, world_size = config, state, plan.world_size
     fitting = c.train_for is not None  # the episodes are fitted to the time later (time_limit.EpisodeFit)
     shares = sorted({episode_share(c.episodes, r, world_size) for r in range(world_size)}, reverse=True)
     episodes = (f"episodes: fitted to --train-for {c.train_for} once a twentieth of it has passed" if fitting
                 else f"episodes per worker: {' / '.join(map(str, shares))}")
-    lines = [f"{describe_batch(c, world_size)}; {episodes}"]
-    if resumed_from is None and not fitting and (rounding := episode_rounding_line(c, world_size)):
+    lines = [f"{plan.description}; {episodes}"]
+    if resumed_from is None and not fitting and (rounding := episode_rounding_line(c, plan)):
         lines.append(rounding)
     if resumed_from is not None:
         left = (f"--train-for {c.train_for} from here" if fitting
@@ -54,16 +54,16 @@ def startup_lines(config: TrainConfig, world_size: int, rank: int, state: RunSta
     return lines + notes
 
 
-def episode_rounding_line(config: TrainConfig, world_size: int) -> Optional[str]:
+def episode_rounding_line(config: TrainConfig, plan: BatchPlan) -> Optional[str]:
     """A line when the envs' episodes, which start together and have one length, so end together,
     make a fresh run train far more episodes than ``--episodes`` (over a quarter more); else None."""
-    c, n = config, config.num_envs
+    c, n, world_size = config, config.num_envs, plan.world_size
     most = max(episode_share(c.episodes, r, world_size) for r in range(world_size))
     rounds = math.ceil(most / n)  # each worker runs this many rounds of n episodes
     run = rounds * n * world_size
     if 4 * run <= 5 * c.episodes:
         return None
-    updates = math.ceil(rounds * c.env.episode_length / steps_per_env(c, world_size))
+    updates = math.ceil(rounds * c.env.episode_length / plan.steps)
     return (f"Episodes: the {n * world_size} envs end their episodes together, so --episodes {c.episodes} trains "
             f"{run} episodes ({updates} updates) and counts the first {c.episodes} in the log; give a multiple "
             f"of {n * world_size} episodes or fewer --num-envs to train about what you ask for")

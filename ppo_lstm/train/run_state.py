@@ -18,14 +18,13 @@ import numpy as np
 import torch
 
 from ..rundir.checkpoint import from_safe, on_cpu, to_safe
-from ..config.migrate import as_this_version
+from ..config.migrate import CHECKPOINT_FORMAT
 from ..config.schema import TrainConfig
 from ..errors import one_line
 from ..distributed import episode_share, remaining_episode_shares
 from ..algo.episodes import EpisodeTotals
 from ..algo.rollout import RolloutCollector
 
-CHECKPOINT_FORMAT = 1
 # settings that decide what the envs trade and what is held out: a resume that changes one restarts the envs
 MARKET_SETTINGS = ("env", "data", "data_start", "data_end", "holdout", "holdout_episodes")
 
@@ -51,6 +50,7 @@ class RunState:
     checkpoint_totals: EpisodeTotals = field(default_factory=EpisodeTotals)  # since the last checkpoint
     best_score: float = -math.inf  # rank 0's: the score of best.pt (hold-out or training return)
     best_holdout: Optional[dict[str, Any]] = None  # rank 0's: best.pt's hold-out line and figures
+    train_seconds: float = 0.0  # the run's training wall time, every invocation's, up to its last checkpoint
 
     @classmethod
     def fresh(cls, config: TrainConfig, rank: int, world_size: int) -> "RunState":
@@ -127,6 +127,7 @@ class RunState:
                 "checkpoint_totals": self.checkpoint_totals.as_list(),
                 "next_log_at": self.next_log_at, "next_checkpoint_at": self.next_checkpoint_at,
                 "best_score": self.best_score, "score": score, "best_holdout": self.best_holdout,
+                "train_seconds": self.train_seconds,
             },
             "ranks": ranks,
             "data": data,
@@ -146,12 +147,13 @@ class RunState:
         self.checkpoint_totals = EpisodeTotals.from_list(counters["checkpoint_totals"])
         self.next_log_at, self.next_checkpoint_at = counters["next_log_at"], counters["next_checkpoint_at"]
         self.best_score = counters["best_score"]
-        self.best_holdout = counters.get("best_holdout")  # older checkpoints carry none
-        self.run_id = state.get("run_id") or self.run_id  # a checkpoint of an older format carries none
+        self.best_holdout = counters["best_holdout"]
+        self.train_seconds = counters["train_seconds"]
+        self.run_id = state["run_id"] or self.run_id  # the oldest checkpoints carry none
         saved_world, saved_envs = state["world_size"], state["config"]["num_envs"]
         same_layout = (saved_world == world_size and len(state["ranks"]) == world_size
                        and saved_envs == config.num_envs)
-        saved, now = as_this_version(state["config"]), config.to_dict()  # an older version's keys as it trained
+        saved, now = state["config"], config.to_dict()
         same_market = all(saved.get(key) == now[key] for key in MARKET_SETTINGS)
         if not same_market:  # the hold-out (or training bars) changed: earlier scores do not compare
             self.best_score, self.best_holdout = -math.inf, None

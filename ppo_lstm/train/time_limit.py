@@ -88,6 +88,20 @@ UNFITTED_EPISODES = 2 ** 50  # a --train-for run's episodes until they are fitte
 FIT_AT = (0.05, 0.25, 0.5)  # the shares of --train-for at which the episodes are fitted, then refitted
 
 
+def resumed_fit(done: int, recorded: int, env_steps: int, seconds_so_far: float, seconds: float,
+                episode_length: int, round_size: int) -> int:
+    """The episodes a resumed ``--train-for`` run of ``seconds`` trains with until its first fit:
+    the ``done`` episodes and what fits in the time at the speed its checkpoint records
+    (``env_steps`` in ``seconds_so_far``), so its cost warm-up and annealing go on from where
+    they were, rather than restart. Without a recorded speed, the run's ``recorded`` episodes.
+    At least one round of the envs' episodes more than ``done``."""
+    at_least = (done // round_size + 1) * round_size
+    if seconds_so_far <= 0.0 or env_steps <= 0:
+        return max(recorded, at_least)
+    fits = done + env_steps / seconds_so_far * seconds / episode_length
+    return max(at_least, int(fits // round_size) * round_size)
+
+
 class EpisodeFit:
     """``--train-for``: the episodes that fit in the time, from the run's measured speed.
 

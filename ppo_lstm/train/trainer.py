@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 import torch
 
-from .agreement import exchange
+from .agreement import Agreement, RankReport, exchange
 from .build import build_agent, build_optimizer, check_model_matches
 from ..algo.buffer import RolloutBatch
 from ..rundir.checkpoint import RUN_LOG_NAME, CheckpointDir
-from ..config.plan import learning_rates, minibatches, steps_per_env, total_updates
+from ..config.plan import BatchPlan
+from ..config.values import limit_seconds
 from ..config.schema import TrainConfig
 from ..distributed import Worker, parameters_in_sync, trades_history
 from ..distributed.cuda import require_bf16
@@ -41,7 +42,7 @@ from ..algo.rollout import RolloutCollector
 from .run_state import RunState, capture_rank_state, restore_rank_or_restart
 from ..algo.seeding import derive_seed
 from .shutdown import StopRequest
-from .time_limit import UNFITTED_EPISODES, TimeBudget, schedules_at, time_up_line
+from .time_limit import UNFITTED_EPISODES, TimeBudget, resumed_fit, schedules_at, time_up_line
 from .timing import PhaseClock, peak_rss_mb
 
 if TYPE_CHECKING:
@@ -56,27 +57,28 @@ class Trainer:
     """Trains the shared agent on this worker's envs; rank 0 logs and checkpoints."""
 
     def __init__(self, config: TrainConfig, worker: Worker, resume: Optional[tuple[Path, dict[str, Any]]],
-                 stop: StopRequest, notes: tuple[str, ...] = ()) -> None:
+                 stop: StopRequest, notes: tuple[str, ...] = (), plan: Optional[BatchPlan] = None) -> None:
+        """``plan``: the run's :class:`BatchPlan` on this worker count, as resolved (default: ``config``'s)."""
         self.asked = config  # as given: the log header's
         if config.train_for is not None:  # its episodes are fitted to the time once the speed is known
             config = dataclasses.replace(config, episodes=UNFITTED_EPISODES)
         self.config, self.comm, self.device, self.stop = config, worker.comm, worker.device, stop
         self.notes = list(notes)  # start-up lines for rank 0's console and log
         self.rank, self.world_size = self.comm.rank, self.comm.world_size
-        self.steps = steps_per_env(config, self.world_size)
-        self.batch_size = self.steps * config.num_envs * self.world_size  # U: the transitions of one update
-        self.settings = PPOSettings(config.clip, config.epochs, minibatches(config, self.world_size), config.ent_coef,
+        self.plan = plan or BatchPlan.of(config, self.world_size)
+        assert self.plan.world_size == self.world_size, "a plan for another worker count"
+        self.steps, self.batch_size = self.plan.steps, self.plan.batch  # T, and U = T x N x W
+        self.settings = PPOSettings(config.clip, config.epochs, self.plan.minibatches, config.ent_coef,
                                     config.vf_coef, config.max_grad_norm, config.clip_vloss, config.norm_adv,
                                     config.target_kl, config.autocast == "bf16", config.micro_batches)
         if config.autocast == "bf16":
             require_bf16(self.device)
-        self.total_updates_estimate = total_updates(config, self.world_size)
         self.clock = PhaseClock()
 
         torch.manual_seed(config.seed)  # identical initial weights on every rank
         self.agent = build_agent(config).to(self.device)
-        self.learning_rates = learning_rates(config, self.world_size)  # (actor, critic), before annealing
-        self.optimizer = build_optimizer(config, self.agent, self.world_size)
+        self.learning_rates = self.plan.rates  # (actor, critic), before annealing
+        self.optimizer = build_optimizer(self.agent, self.learning_rates)
         self.permutation_generator = torch.Generator().manual_seed(derive_seed(config.seed, 7))  # shared by all ranks
         random.seed(derive_seed(config.seed, self.rank, 13))
         np.random.seed(derive_seed(config.seed, self.rank, 17))
@@ -95,6 +97,11 @@ class Trainer:
         self.holdout_at = -1  # the episode count of rank 0's last hold-out line
         if resume is not None:
             self._restore(*resume)
+            if config.train_for is not None:  # go on from the run's schedules, not from their start
+                self._refit(resumed_fit(self.state.global_episodes, self.asked.episodes, self.state.env_steps,
+                                        self.state.train_seconds, limit_seconds(config.train_for) or 0.0,
+                                        config.env.episode_length, config.num_envs * self.world_size))
+        self.seconds_before = self.state.train_seconds  # this run's training seconds before this invocation
 
         self.checkpoints = CheckpointDir(config.checkpoint_dir, config.keep_checkpoints)
         if self.rank == 0:
@@ -145,94 +152,116 @@ class Trainer:
 
     def run(self) -> int:
         """Train until every rank has finished its share of episodes. Returns the exit code."""
-        c, s = self.config, self.state
+        c, s, clock = self.config, self.state, self.clock
         self._announce()
-        start = time.perf_counter()
+        start = self.started = time.perf_counter()
         try:
             finished = s.global_episodes >= c.episodes
-            clock = self.clock
-            capacity = self.steps * c.num_envs  # transitions (so at most episodes) per rank and rollout
-            budget = self.budget
             seconds = None  # this rank's previous rollout, gather and update, for its env-steps/s
             while not finished:
                 tic = time.perf_counter()
                 with clock("rollout"):
                     self._ramp_costs()
-                    records = s.take_quota(self.rollout.collect(s.update))  # [k, 6] this rank counts
+                    records = s.take_quota(self.rollout.collect(s.update))  # [k, 6] the episodes this rank counts
                     s.env_steps += self.batch_size
-                    local = self.rollout.finish()  # [T, N]
-                with clock("gather"):  # the iteration's one collective
-                    batch, agreed = exchange(self.comm, local, records, s.rank_done, self.stop.signum or 0,
-                                             seconds or time.perf_counter() - tic, capacity,
-                                             self.guard.last_update_bad, budget.time_up(time.perf_counter() - start),
-                                             budget.proposal())  # [T, N*W]
+                    next_value, next_start = self.rollout.bootstrap()  # [N]: V of the observation after the rollout
+                    local = self.rollout.buffer.finish(next_value, next_start, c.gamma, c.gae_lambda)  # [T, N], GAE
+                with clock("gather"):  # the iteration's one collective: every rank's rollout and report
+                    batch, agreed = exchange(self.comm, local, self._report(records, seconds or time.perf_counter()
+                                                                            - tic))  # [T, N*W]
                 with clock("update"):
                     if self.world_size > 1:
                         self.guard.agree(s.update, agreed.bad_update_ranks)
                     stats, skipped = self._update(batch)
                 seconds = time.perf_counter() - tic
                 finished = agreed.finished or agreed.time_up
-                with clock("logging"):
-                    update_totals = self._log_episodes(agreed.records)
-                    if agreed.fitted_episodes:
-                        c = self._fit_episodes(agreed.fitted_episodes)
-                    warning = budget.observe(time.perf_counter() - start, s.env_steps, s.global_episodes)
-                    if warning:
-                        self.log.line(warning)
-                due = finished or bool(agreed.signum) or s.global_episodes >= s.next_checkpoint_at
-                with clock("hold-out"):
-                    holdout = self._run_holdout() if due and not agreed.signum else None  # rank 0's only
-                with clock("logging"):
-                    self.log.metrics(metrics_row(s, stats, skipped, self.optimizer, agreed.rank_sps,
-                                                 time.perf_counter() - start, update_totals, holdout))
-                if due:
-                    with clock("checkpoints"):
-                        self._checkpoint(holdout)
-                if agreed.signum:
-                    self.log.line(f"interrupted at episode {s.global_episodes}, checkpoint saved")
-                    self.comm.barrier()  # nobody exits before rank 0 has written
-                    return 128 + agreed.signum  # 130 for SIGINT, 143 for SIGTERM
-                if s.update % c.sync_check_interval == 0 and self.world_size > 1:
-                    with clock("sync check"):
-                        parameters_in_sync(self.comm, self.agent, self.optimizer)
-            if s.global_episodes < c.episodes:  # --time-limit or --train-for ended it
-                self.log.line(time_up_line(c, s.global_episodes, budget.fitting))
-            self.log.line(f"Training finished: {s.global_episodes} episodes, {s.update} updates, "
-                          f"{s.env_steps} env steps in {time.perf_counter() - start:.1f}s")
-            if os.environ.get(DUMP_FINAL_VARIABLE):
-                torch.save({"model": self.agent.state_dict(), "optimizer": self.optimizer.state_dict()},
-                           Path(os.environ[DUMP_FINAL_VARIABLE]) / f"rank{self.rank}_final.pt")
-            # every rank's phases and peak memory; also the barrier: nobody leaves before the rest
-            ranks = self.comm.gather_objects((clock.shares() if clock.seconds else "no update run", peak_rss_mb()))
-            if self.rank == 0:
-                for rank, (shares, _) in enumerate(ranks):
-                    self.log.line(f"Time by phase (rank {rank}): {shares}")
-                self.log.line(f"Peak memory per worker: {' / '.join(f'{p:.0f}' for _, p in ranks)} MiB")
-                for line in summary_lines(c, self.checkpoints.latest(), self.holdout, s.best_holdout):
-                    self.log.line(line)
-            return 0
+                code = self._after_update(agreed, stats, skipped, finished)
+                if code is not None:
+                    return code
+                c = self.config  # a --train-for fit sets the run's episodes
+            return self._finish(start)
         finally:
             self.log.close()
+
+    def _report(self, records: np.ndarray, seconds: float) -> RankReport:
+        """What this rank tells the others in this iteration's collective."""
+        budget = self.budget
+        return RankReport(records, self.steps * self.config.num_envs, self.state.rank_done, self.stop.signum or 0,
+                          seconds, self.guard.last_update_bad, budget.time_up(time.perf_counter() - self.started),
+                          budget.proposal())
+
+    def _after_update(self, agreed: Agreement, stats: UpdateStats, skipped: bool, finished: bool) -> Optional[int]:
+        """The bookkeeping of an iteration: episode lines, a --train-for fit, the metrics row, and where
+        due the hold-out backtest, a checkpoint and the sync check. Returns the exit code of a run
+        interrupted by a signal (after its checkpoint), else None."""
+        s, clock, elapsed = self.state, self.clock, lambda: time.perf_counter() - self.started
+        with clock("logging"):
+            update_totals = self._log_episodes(agreed.records)
+            if agreed.fitted_episodes:
+                self._fit_episodes(agreed.fitted_episodes)
+            warning = self.budget.observe(elapsed(), s.env_steps, s.global_episodes)
+            if warning:
+                self.log.line(warning)
+        due = finished or bool(agreed.signum) or s.global_episodes >= s.next_checkpoint_at
+        with clock("hold-out"):
+            holdout = self._run_holdout() if due and not agreed.signum else None  # rank 0's only
+        with clock("logging"):
+            self.log.metrics(metrics_row(s, stats, skipped, self.optimizer, agreed.rank_sps, elapsed(),
+                                         update_totals, holdout))
+        if due:
+            with clock("checkpoints"):
+                self._checkpoint(holdout)
+        if agreed.signum:
+            self.log.line(f"interrupted at episode {s.global_episodes}, checkpoint saved")
+            self.comm.barrier()  # nobody exits before rank 0 has written
+            return 128 + agreed.signum  # 130 for SIGINT, 143 for SIGTERM
+        if s.update % self.config.sync_check_interval == 0 and self.world_size > 1:
+            with clock("sync check"):
+                parameters_in_sync(self.comm, self.agent, self.optimizer)
+        return None
+
+    def _finish(self, start: float) -> int:
+        """The end of a run: its last lines, every rank's phases and peak memory, the summary."""
+        c, s, clock = self.config, self.state, self.clock
+        if s.global_episodes < c.episodes:  # --time-limit or --train-for ended it
+            self.log.line(time_up_line(c, s.global_episodes, self.budget.fitting))
+        self.log.line(f"Training finished: {s.global_episodes} episodes, {s.update} updates, "
+                      f"{s.env_steps} env steps in {time.perf_counter() - start:.1f}s")
+        if os.environ.get(DUMP_FINAL_VARIABLE):
+            torch.save({"model": self.agent.state_dict(), "optimizer": self.optimizer.state_dict()},
+                       Path(os.environ[DUMP_FINAL_VARIABLE]) / f"rank{self.rank}_final.pt")
+        # every rank's phases and peak memory; also the barrier: nobody leaves before the rest
+        ranks = self.comm.gather_objects((clock.shares() if clock.seconds else "no update run", peak_rss_mb()))
+        if self.rank == 0:
+            for rank, (shares, _) in enumerate(ranks):
+                self.log.line(f"Time by phase (rank {rank}): {shares}")
+            self.log.line(f"Peak memory per worker: {' / '.join(f'{p:.0f}' for _, p in ranks)} MiB")
+            for line in summary_lines(c, self.checkpoints.latest(), self.holdout, s.best_holdout):
+                self.log.line(line)
+        return 0
 
     def _announce(self) -> None:
         """The log header and start-up lines: the batch split, where a resume started, the notes."""
         self.log.header(self.asked.to_dict(), self.world_size)
-        for line in startup_lines(self.config, self.world_size, self.rank, self.state, self.resumed_from,
+        for line in startup_lines(self.config, self.plan, self.rank, self.state, self.resumed_from,
                                   self.holdout, self.notes):
             self.log.line(line)
 
     def _fit_episodes(self, proposed: int) -> TrainConfig:
         """--train-for: every rank takes rank 0's ``proposed`` episodes in the same iteration; from
         here the run is one of that many episodes. Returns the run's config."""
-        s, fit = self.state, self.budget.fit
+        fit = self.budget.fit
         assert fit is not None
-        episodes = fit.settle(proposed, s.global_episodes)
-        self.config = dataclasses.replace(self.config, episodes=episodes)
-        s.split_afresh(episodes, self.rank, self.world_size)
-        self.total_updates_estimate = total_updates(self.config, self.world_size)
+        episodes = fit.settle(proposed, self.state.global_episodes)
+        self._refit(episodes)
         self.log.set_total(episodes)
-        self.log.line(fit.line(episodes, s.global_episodes))
+        self.log.line(fit.line(episodes, self.state.global_episodes))
         return self.config
+
+    def _refit(self, episodes: int) -> None:
+        """From here the run is one of ``episodes`` episodes, split afresh over the ranks."""
+        self.config = dataclasses.replace(self.config, episodes=episodes)
+        self.state.split_afresh(episodes, self.rank, self.world_size)
 
     def _ramp_costs(self) -> None:
         """--cost-warmup: this rollout's fee and slippage, a linear ramp over the run's first episodes."""
@@ -248,7 +277,7 @@ class Trainer:
         c = self.config
         if c.anneal_lr:  # on the run's env steps before this update, so a resume onto another batch goes on
             done = self.state.env_steps - self.batch_size
-            frac = max(0.0, 1.0 - done / (self.total_updates_estimate * self.batch_size))
+            frac = max(0.0, 1.0 - done / (self.plan.updates_for(c.episodes, c.env.episode_length) * self.batch_size))
             for group, lr in zip(self.optimizer.param_groups, self.learning_rates):
                 group["lr"] = frac * lr
         snapshot = self.guard.snapshot()
@@ -291,6 +320,7 @@ class Trainer:
         signal, without a hold-out backtest, is never best); without one, the best mean
         training return of a checkpoint period."""
         s = self.state
+        s.train_seconds = self.seconds_before + time.perf_counter() - self.started
         ranks = self.comm.gather_objects(capture_rank_state(s.rank_episodes, self.rollout))
         score = s.close_checkpoint_period(self.config.checkpoint_interval)
         if self.rank != 0:

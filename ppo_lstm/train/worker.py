@@ -12,8 +12,8 @@ from typing import Any, Optional
 
 from ..rundir.checkpoint import CheckpointError
 from ..rundir.lock import RunLock
-from ..config.checks import validate
-from ..config.command_line import resumed_config, save_run_config
+from ..config.command_line import CommandLine, save_run_config
+from ..config.resolve import resolve
 from ..config.schema import TrainConfig
 from ..distributed import Worker, WorkerFailed
 from ..errors import EXIT_USAGE, TrainingError, UsageError
@@ -22,14 +22,14 @@ from .shutdown import StopRequest
 from .trainer import Trainer
 
 
-def train_worker(config: TrainConfig, worker: Worker, given: frozenset[str] = frozenset(),
-                 notes: tuple[str, ...] = ()) -> int:
+def train_worker(config: TrainConfig, worker: Worker, command: Optional[CommandLine] = None) -> int:
     """The body of every worker, whichever way it was launched. Returns an exit code.
 
-    ``given`` names the settings the command line (or its ``--config`` file) gave: on
-    ``--resume`` every other setting comes from the checkpoint. ``notes`` are start-up
-    lines for rank 0's console and log (e.g. which config file was read); rank 0 saves
-    the run's resolved settings as ``config.yaml`` once its trainer is built.
+    ``command`` is the parsed command line (default: ``config`` as given, nothing else):
+    on ``--resume`` every setting it did not give comes from the checkpoint
+    (:func:`~ppo_lstm.config.resolve.resolve`), and its note (which config file was read)
+    is a start-up line of rank 0's console and log; rank 0 saves the run's resolved
+    settings as ``config.yaml`` once its trainer is built.
 
     Set-up problems on any rank are agreed on collectively (two fixed collectives,
     whatever fails where), so a bad input on one rank stops every rank with exit 2
@@ -39,11 +39,13 @@ def train_worker(config: TrainConfig, worker: Worker, given: frozenset[str] = fr
     exception.
     """
     comm = worker.comm
+    command = command or CommandLine(config, frozenset(), False, None)
+    config = command.config
     stop = StopRequest()
     stop.install()
     lock: Optional[RunLock] = None
     found: Optional[tuple[str, dict[str, Any]]] = None
-    lines: list[str] = list(notes)
+    lines: list[str] = [command.note] if command.note else []
     failure = ""
     if comm.rank == 0:  # step 1: rank 0 alone locks the run dir, then resumes or claims it
         try:
@@ -57,14 +59,13 @@ def train_worker(config: TrainConfig, worker: Worker, given: frozenset[str] = fr
     trainer: Optional[Trainer] = None
     if not failure:  # step 2: every rank builds its trainer
         try:
-            if found is not None:
-                config, changes = resumed_config(config, given, found[1]["config"])
-                validate(config, comm.world_size)
-                lines.append(f"Settings changed on resume: {', '.join(changes)}" if changes
-                             else "Settings: as in the checkpoint")
-            trainer = Trainer(config, worker, (Path(found[0]), found[1]) if found else None, stop, tuple(lines))
+            resolved = resolve(command, comm.world_size, found[1]["config"] if found else None,
+                               found[0] if found else "the checkpoint")
+            change = resolved.change_line()
+            trainer = Trainer(resolved.config, worker, (Path(found[0]), found[1]) if found else None, stop,
+                              tuple(lines + ([change] if change else [])), resolved.plan)
             if comm.rank == 0:
-                save_run_config(config)
+                save_run_config(resolved.config)
         except (UsageError, CheckpointError) as err:
             failure = str(err)
         failure = next((f for f in comm.gather_objects(failure) if f), "")

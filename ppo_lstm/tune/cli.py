@@ -35,7 +35,8 @@ def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
 def _run(command: Any) -> int:
     import optuna
 
-    from ..config.checks import validate
+    from ..config.resolve import resolve_config
+    from ..config.migrate import SETTINGS_FORMAT
     from ..config.command_line import build_parser
     from ..distributed import resolve_device, world_size_for
     from .report import report_lines, run_settings
@@ -57,14 +58,14 @@ def _run(command: Any) -> int:
         _print_report(report_lines(load_existing(storage, tune.study_name, url), url, out), out)
         return 0
     space = load_space(tune.space, build_parser())
-    validate(base, world_size_for(base, resolve_device(base.device)))
+    resolve_config(base, world_size_for(base, resolve_device(base.device)))
     periods_per_year, span = _check_holdout(base)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise UsageError(f"--out {out}: cannot create the directory ({err.strerror})") from None
     storage = make_storage(url)
-    settings = {"space": _json(space.canonical()), "metric": tune.metric, "seeds": tune.seeds,
+    settings = {"settings_format": SETTINGS_FORMAT, "space": _json(space.canonical()), "metric": tune.metric, "seeds": tune.seeds,
                 "time_limit": base.time_limit, "train_for": base.train_for, "base": run_settings(base)}
     study, created = open_study(storage, tune.study_name, url)
     if created:

@@ -46,7 +46,7 @@ from typing import Optional
 
 import optuna
 
-from ..config.checks import validate
+from ..config.resolve import resolve_config
 from ..config.command_line import config_yaml
 from ..config.schema import TrainConfig
 from ..errors import UsageError, one_line
@@ -152,7 +152,7 @@ class TrialRunner:
         """The trial's score (the mean of its seeds'); raises TrialPruned or TrialFailed."""
         config = apply(self.base, self.space.suggest(trial))
         try:
-            validate(config, self.world_size)
+            resolve_config(config, self.world_size)
         except UsageError as err:
             raise TrialFailed(f"invalid settings: {err}") from None
         dirs = trial_dirs(self.out, trial.number, self.seeds)

@@ -22,7 +22,7 @@ import yaml
 from optuna.trial import FrozenTrial, TrialState
 
 from ..config.command_line import build_parser, config_yaml
-from ..config.migrate import as_this_version_by_dest
+from ..config.migrate import migrate_settings_by_dest
 from ..config.schema import TrainConfig
 from ..config.files import keyed_options
 from ..errors import one_line
@@ -43,9 +43,9 @@ def run_settings(config: TrainConfig) -> dict[str, Any]:
 
 def trial_config(study: optuna.Study, trial: FrozenTrial) -> TrainConfig:
     """The full settings ``trial`` trained with (its first seed's), launch fields at their defaults."""
-    base = study.user_attrs[SETTINGS_ATTR]["base"]
+    recorded = study.user_attrs[SETTINGS_ATTR]
     options = keyed_options(build_parser())
-    values = as_this_version_by_dest(base)
+    values = migrate_settings_by_dest(recorded["base"], recorded.get("settings_format"), f"study '{study.study_name}'")
     values.update({options[name].dest: value for name, value in trial.params.items()})
     config = TrainConfig()
     for dest, value in values.items():

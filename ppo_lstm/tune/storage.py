@@ -34,7 +34,7 @@ import optuna
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
-from ..config.migrate import as_this_version_by_dest
+from ..config.migrate import migrate_settings_by_dest
 from ..errors import UsageError, one_line
 
 SQLITE_BUSY_TIMEOUT_S = 300
@@ -160,13 +160,14 @@ def check_settings(name: str, recorded: dict[str, Any], settings: dict[str, Any]
                    sampled: frozenset[str] = frozenset()) -> None:
     """UsageError naming the first setting that differs from those the study was created with.
     A setting the study's version did not record reads as what its trials trained with
-    (:func:`~ppo_lstm.config.as_this_version_by_dest`). The base settings in ``sampled``
+    (:func:`~ppo_lstm.config.migrate.migrate_settings_by_dest`). The base settings in ``sampled``
     (dests the space samples) are not compared: every trial sets them, so their base
     values reach no trial (a default changed since the study began does not refuse it)."""
-    base = recorded.get("base")
+    base, version = recorded.get("base"), recorded.get("settings_format")
+    recorded = {k: v for k, v in recorded.items() if k != "settings_format"}
     if isinstance(base, dict):
-        recorded = {**recorded, "base": _without(as_this_version_by_dest(base), sampled)}
-    settings = json.loads(json.dumps(settings))
+        recorded["base"] = _without(migrate_settings_by_dest(base, version, f"study '{name}'"), sampled)
+    settings = {k: v for k, v in json.loads(json.dumps(settings)).items() if k != "settings_format"}
     if isinstance(settings.get("base"), dict):
         settings["base"] = _without(settings["base"], sampled)
     for key in sorted(set(recorded) | set(settings)):

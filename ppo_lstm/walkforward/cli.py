@@ -21,8 +21,8 @@ from envs.data import DataError, MarketData, date_span
 from envs.data.calendar import basket_bars_per_year
 from envs.data.instruments import data_paths, instrument_name, load_instruments
 
-from ..config.checks import validate as validate_train
-from ..config.command_line import _settings
+from ..config.resolve import resolve_config
+from ..config.command_line import settings_of
 from ..config.schema import TrainConfig
 from ..config.files import dump_settings
 from ..errors import EXIT_USAGE, UsageError
@@ -69,7 +69,7 @@ def plan(wf: WalkForwardConfig, train: TrainConfig) -> Plan:
     """Folds and jobs; UsageError (one line) for anything that cannot run."""
     validate(wf, train)
     if not train.distributed:
-        validate_train(train)
+        resolve_config(train, 1)  # a distributed job checks its own worker count when it starts
     datas, files, calendar = load_selected(train)
     test_size = parse_size(wf.test_size, "--test-size")
     train_size = parse_size(wf.train_size, "--train-size") if wf.train_size is not None else None
@@ -143,7 +143,7 @@ def report(wf: WalkForwardConfig, train: TrainConfig, p: Plan, command: str,
 
 
 def print_config(wf: WalkForwardConfig, train: TrainConfig) -> None:
-    values = {name: value for name, (_, value) in _settings(train).items()}
+    values = {name: value for name, (_, value) in settings_of(train).items()}
     values.update({"wf." + f.name: getattr(wf, f.name) for f in dataclasses.fields(wf)})
     header = ("Resolved walk-forward settings; run with: --config FILE",)
     sys.stdout.write(dump_settings(build_parser(), values, header))

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..config.migrate import as_this_version
+from ..config.migrate import SETTINGS_FORMAT, migrate_settings
 from ..config.schema import TrainConfig
 from ..errors import UsageError
 from ..rundir.checkpoint import atomic_write_bytes
@@ -43,7 +43,7 @@ def settings_of(wf: WalkForwardConfig, train: TrainConfig) -> dict[str, Any]:
 def check_or_write(out: Path, wf: WalkForwardConfig, train: TrainConfig, files: list[str]) -> None:
     """Write ``walkforward.json``, or check that the one there is this walk-forward's;
     UsageError (one line) when it is not, or when ``jobs/`` belongs to none."""
-    state = {"settings": settings_of(wf, train), "data": fingerprint(files)}
+    state = {"settings_format": SETTINGS_FORMAT, "settings": settings_of(wf, train), "data": fingerprint(files)}
     path = out / STATE_NAME
     if path.is_file():
         try:
@@ -61,7 +61,7 @@ def check_or_write(out: Path, wf: WalkForwardConfig, train: TrainConfig, files: 
 
 
 def _compare(path: Path, saved: dict[str, Any], state: dict[str, Any]) -> None:
-    old, new = _flat(_as_this_version(saved.get("settings", {}))), _flat(state["settings"])
+    old, new = _flat(_as_this_version(saved, str(path))), _flat(state["settings"])
     changed = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     if changed:
         shown = ", ".join(f"{k.split('.')[-1].replace('_', '-')} {old.get(k)} -> {new.get(k)}" for k in changed[:3])
@@ -75,13 +75,14 @@ def _compare(path: Path, saved: dict[str, Any], state: dict[str, Any]) -> None:
                          f"--out for the new data")
 
 
-def _as_this_version(settings: dict[str, Any]) -> dict[str, Any]:
-    """Saved settings with a training setting the saving version did not have read as what its
-    jobs trained with (:func:`~ppo_lstm.config.as_this_version`), not as a change."""
+def _as_this_version(saved: dict[str, Any], what: str) -> dict[str, Any]:
+    """The saved settings with their training half in this format (:mod:`ppo_lstm.config.migrate`), so
+    a setting the saving version did not have reads as what its jobs trained with, not as a change."""
+    settings = saved.get("settings", {})
     train = settings.get("train")
     if not isinstance(train, dict):
         return settings
-    return {**settings, "train": as_this_version(train)}
+    return {**settings, "train": migrate_settings(train, saved.get("settings_format"), what)}
 
 
 def _flat(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:

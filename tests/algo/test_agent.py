@@ -227,7 +227,7 @@ def test_learning_rates_anneal_linearly_to_zero_over_the_run(tmp_path, anneal):
     trainer.optimizer.step = record_then_step
     trainer.run()
     updates = trainer.state.update
-    assert updates == 32 * 16 // 128 == trainer.total_updates_estimate
+    assert updates == 32 * 16 // 128 == trainer.plan.updates_for(32, 16)
     per_update = seen[:: len(seen) // updates]  # the first gradient step of each update
     assert len(seen) == updates * config.epochs * minibatches(config)
     for u, (actor, critic) in enumerate(per_update):

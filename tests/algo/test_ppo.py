@@ -7,6 +7,7 @@ from torch import nn
 
 from ppo_lstm.algo import ppo
 from ppo_lstm.train.build import build_agent, build_optimizer
+from ppo_lstm.config.plan import learning_rates
 from ppo_lstm.config.plan import minibatches
 from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import LocalComm
@@ -69,7 +70,7 @@ def test_ppo_update_is_bitwise_the_per_parameter_update(monkeypatch, max_grad_no
                            config.max_grad_norm, config.clip_vloss, config.norm_adv, config.target_kl)
 
     def two_updates(agent):
-        optimizer = build_optimizer(config, agent)
+        optimizer = build_optimizer(agent, learning_rates(config))
         generator = torch.Generator().manual_seed(3)
         stats = [ppo_update(agent, optimizer, batch, settings, generator, LocalComm()).fetch() for _ in range(2)]
         return agent.state_dict(), optimizer.state_dict(), stats
@@ -104,7 +105,7 @@ def test_bf16_autocast_update_keeps_float32_weights_and_stays_near_the_rollout_p
         twin = copy.deepcopy(agent)
         settings = PPOSettings(config.clip, 1, 1, config.ent_coef, config.vf_coef, config.max_grad_norm,
                                config.clip_vloss, config.norm_adv, None, autocast)  # one step on the whole batch
-        optimizer = build_optimizer(config, twin)
+        optimizer = build_optimizer(twin, learning_rates(config))
         stats = ppo_update(twin, optimizer, batch, settings, torch.Generator().manual_seed(0), LocalComm()).fetch()
         return stats, twin, optimizer
 

@@ -5,8 +5,10 @@ import math
 
 import pytest
 
-from ppo_lstm.config.plan import BASE_RATES, DEFAULT_RATE_CAP, SAVED_RATE_CAP, describe_batch, learning_rates, minibatches, rate_scale, rule_minibatches, rule_steps, steps_per_env, update_batch
+from ppo_lstm.config.plan import BASE_RATES, BatchPlan, DEFAULT_RATE_CAP, SAVED_RATE_CAP, describe_batch, learning_rates, minibatches, rate_scale, rule_minibatches, rule_steps, steps_per_env, update_batch
+from ppo_lstm.algo.shares import shares as sequence_shares
 from ppo_lstm.config.checks import validate
+from ppo_lstm.config.migrate import migrate_settings
 from ppo_lstm.config.command_line import parse_command_line
 from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.errors import UsageError
@@ -41,20 +43,48 @@ def test_num_envs_and_workers_pick_the_batch_its_minibatches_and_the_rates(num_e
 
 
 def test_the_rule_keeps_at_least_4_sequences_in_a_minibatch_and_at_most_4_minibatches():
-    assert [rule_minibatches(s) for s in (1, 2, 4, 6, 7, 8, 12, 16, 18, 20, 64, 4096)] == \
+    assert [rule_minibatches(s, rule=2) for s in (1, 2, 4, 6, 7, 8, 12, 16, 18, 20, 64, 4096)] == \
         [1, 1, 1, 1, 1, 2, 3, 4, 3, 4, 4, 4]
-    for sequences in range(1, 200):
-        count = rule_minibatches(sequences)
-        assert sequences % count == 0 and count <= 4
-        assert sequences // count >= 4 or count == 1
+    assert [rule_minibatches(s) for s in (1, 2, 4, 6, 7, 8, 12, 13, 16, 18, 20, 35, 64, 127, 4096)] == \
+        [1, 1, 1, 1, 1, 2, 3, 3, 4, 4, 4, 4, 4, 4, 4]
+    for sequences in range(1, 301):
+        for rule in (1, 2):  # minibatches that divide the sequences
+            count = rule_minibatches(sequences, rule=rule)
+            assert sequences % count == 0 and count <= 4
+            assert sequences // count >= 4 or count == 1
+        count = rule_minibatches(sequences)  # version 3: no cliff, as many as hold 4 sequences each, up to 4
+        assert count == max(1, min(4, sequences // 4))
     validate(TrainConfig(num_envs=6))  # 6 envs: 1 minibatch, where 4 fixed minibatches did not divide them
+
+
+@pytest.mark.parametrize("workers", range(1, 9))
+def test_every_sequence_count_gets_minibatches_of_at_least_the_least_size_without_a_cliff(workers):
+    """Version 3 of the rule over every env count from 1 to 300 and 1 to 8 workers: minibatches that
+    differ by one sequence at most, each holding the least the rule asks (or one minibatch where the
+    batch is too small for two), and rates that grow with the batch, never jumping back."""
+    previous_scale = 0.0
+    for num_envs in range(1, 301):
+        config = TrainConfig(num_envs=num_envs)
+        sequences, steps = num_envs * workers, steps_per_env(config, workers)
+        count = minibatches(config, workers)
+        sizes = [s.stop - s.start for s in sequence_shares(sequences, count)]
+        least = max(4, math.ceil(64 / steps))
+        assert max(sizes) - min(sizes) <= 1 and sum(sizes) == sequences
+        assert min(sizes) >= least or count == 1
+        assert count == max(1, min(4, sequences // least))
+        validate(config, workers)
+        if sequences >= 32:  # 16 steps from 32 sequences on: the scale only grows with the batch
+            scale = rate_scale(config, workers)
+            assert scale >= previous_scale - 1e-12, (num_envs, workers)
+            previous_scale = scale
 
 
 def test_rollouts_are_16_steps_but_8_from_16_to_31_sequences_where_a_minibatch_then_holds_8():
     assert [rule_steps(s) for s in (1, 8, 15, 16, 24, 31, 32, 64, 4096)] == [16, 16, 16, 8, 8, 8, 16, 16, 16]
-    assert [rule_minibatches(s, 8) for s in (16, 20, 24, 28, 30)] == [2, 2, 3, 2, 3]
+    assert [rule_minibatches(s, 8, rule=2) for s in (16, 20, 24, 28, 30)] == [2, 2, 3, 2, 3]
+    assert [rule_minibatches(s, 8) for s in (16, 20, 24, 28, 30)] == [2, 2, 3, 3, 3]
     for sequences in range(16, 32):
-        count = rule_minibatches(sequences, 8)
+        count = rule_minibatches(sequences, 8, rule=2)
         assert sequences % count == 0 and (sequences // count >= 8 or count == 1)
     given = TrainConfig(num_envs=8, rollout_steps=16)  # as before the rule shortened them: 4 minibatches of 4
     assert (update_batch(given, 2), minibatches(given, 2)) == (256, 4)
@@ -67,9 +97,14 @@ def test_rollouts_are_16_steps_but_8_from_16_to_31_sequences_where_a_minibatch_t
 
 def test_a_checkpoint_saved_before_rollout_steps_resumes_at_the_16_steps_it_trained_with():
     saved = TrainConfig(num_envs=16).to_dict()
-    del saved["rollout_steps"]
-    old = TrainConfig.from_dict(saved)
-    assert old.rollout_steps == 16 and (update_batch(old), minibatches(old)) == (256, 4)
+    del saved["rollout_steps"], saved["batch_rule"]
+    old = TrainConfig.from_dict(migrate_settings(saved, 1, "test"))
+    assert old.batch_rule == 1 and (update_batch(old), minibatches(old)) == (256, 4)
+    interval = TrainConfig(num_envs=8, update_interval=64).to_dict()  # 8 steps: 2 of 4 sequences under rule 1
+    del interval["rollout_steps"], interval["batch_rule"]
+    old = TrainConfig.from_dict(migrate_settings(interval, 1, "test"))
+    assert (minibatches(old), rate_scale(old)) == (2, 1.0)
+    assert (minibatches(TrainConfig(num_envs=8, update_interval=64)), rate_scale(TrainConfig(num_envs=8, update_interval=64))) == (1, pytest.approx(math.sqrt(2)))
     fresh = TrainConfig.from_dict(TrainConfig(num_envs=16).to_dict())
     assert fresh.rollout_steps is None and (update_batch(fresh), minibatches(fresh)) == (128, 2)
 
@@ -110,8 +145,8 @@ def test_rate_cap_sets_the_cap_and_leaves_given_rates_alone():
 
 def test_a_checkpoint_saved_before_rate_cap_keeps_the_cap_it_trained_with():
     saved = TrainConfig(num_envs=512).to_dict()
-    del saved["rate_cap"]
-    old = TrainConfig.from_dict(saved)
+    del saved["rate_cap"], saved["batch_rule"]
+    old = TrainConfig.from_dict(migrate_settings(saved, 1, "test"))
     assert old.rate_cap == SAVED_RATE_CAP == 8.0 and rate_scale(old) == pytest.approx(8.0)
     assert TrainConfig.from_dict(TrainConfig(num_envs=512).to_dict()).rate_cap == DEFAULT_RATE_CAP
 
@@ -131,7 +166,7 @@ def test_a_given_rate_is_used_as_it_is_and_the_other_follows_the_rule():
     actor_only = parse_command_line(["--num-envs", "64", "--learning-rate-actor", "1e-4"]).config
     assert learning_rates(actor_only, 1) == pytest.approx((1e-4, 1e-3 * math.sqrt(8)))
     from ppo_lstm.train.build import build_agent, build_optimizer
-    optimizer = build_optimizer(actor_only, build_agent(actor_only), world_size=1)
+    optimizer = build_optimizer(build_agent(actor_only), learning_rates(actor_only, 1))
     assert [group["lr"] for group in optimizer.param_groups] == pytest.approx([1e-4, 1e-3 * math.sqrt(8)])
 
 
@@ -159,14 +194,14 @@ def test_the_start_up_line_says_what_was_picked_and_why():
 def test_a_run_that_trains_far_more_episodes_than_asked_says_so():
     from ppo_lstm.train.messages import episode_rounding_line
 
-    line = episode_rounding_line(TrainConfig(num_envs=512, episodes=100), 1)
+    line = episode_rounding_line(TrainConfig(num_envs=512, episodes=100), BatchPlan.of(TrainConfig(num_envs=512, episodes=100), 1))
     assert line == ("Episodes: the 512 envs end their episodes together, so --episodes 100 trains 512 episodes "
                     "(8 updates) and counts the first 100 in the log; give a multiple of 512 episodes or fewer "
                     "--num-envs to train about what you ask for")
-    assert "trains 1024 episodes (8 updates)" in episode_rounding_line(TrainConfig(num_envs=512, episodes=600), 2)
+    assert "trains 1024 episodes (8 updates)" in episode_rounding_line(TrainConfig(num_envs=512, episodes=600), BatchPlan.of(TrainConfig(num_envs=512, episodes=600), 2))
     # within a quarter of what was asked: no line (the README's 800 episodes at 64 envs run 832)
-    assert episode_rounding_line(TrainConfig(num_envs=64, episodes=800), 1) is None
-    assert episode_rounding_line(TrainConfig(num_envs=64, episodes=1024), 1) is None
+    assert episode_rounding_line(TrainConfig(num_envs=64, episodes=800), BatchPlan.of(TrainConfig(num_envs=64, episodes=800), 1)) is None
+    assert episode_rounding_line(TrainConfig(num_envs=64, episodes=1024), BatchPlan.of(TrainConfig(num_envs=64, episodes=1024), 1)) is None
 
 
 def test_rates_left_to_the_rule_are_saved_as_such_and_come_back_equal():
@@ -211,7 +246,8 @@ def test_resume_of_a_run_saved_before_rate_cap_keeps_its_rates(tmp_path):
     assert "learning rates 0.0012 / 0.004 (0.0003 / 0.001 x4, the cap" in first.stdout  # batch 4096: sqrt 5.66
     for path in (tmp_path / "checkpoints").glob("*.pt"):  # as an older version wrote it
         state = torch.load(path, weights_only=True)
-        del state["config"]["rate_cap"]
+        del state["config"]["rate_cap"], state["config"]["batch_rule"]
+        state["format"] = 1
         torch.save(state, path)
     again = cli_in_process(tmp_path, "--episodes", "512", "--resume", "--no-progress")
     assert again.returncode == 0, again.stderr

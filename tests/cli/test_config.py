@@ -80,7 +80,7 @@ def test_history_goes_to_rank_0_unless_all_ranks_asked():
     ({"gamma": 1.5}, "--gamma must be within"),
     ({"learning_rate_actor": 1e38}, "--learning-rate-actor must be within"),
     ({"learning_rate_critic": 0.0}, "--learning-rate-critic must be within"),
-    ({"minibatches": 3}, "--minibatches 3 must divide"),
+    ({"minibatches": 65}, "--minibatches 65 is more than the 64 env sequences"),
     ({"env": EnvConfig(market="moon")}, "--market 'moon' is unknown"),
     ({"env": EnvConfig(window=0)}, "--window must be at least 1"),
     ({"spin_ms": -1.0}, "--spin-ms must be within"),

@@ -32,6 +32,7 @@ NCCL_SCRIPT = """
 import sys
 import torch
 from ppo_lstm.train.build import build_agent, build_optimizer
+from ppo_lstm.config.plan import learning_rates
 from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import launch, parameters_in_sync
 
@@ -49,7 +50,7 @@ def worker(config, w):
     train = TrainConfig(hidden_size=8, lstm_size=8)
     torch.manual_seed(0)
     model = build_agent(train).to(w.device)
-    optimizer = build_optimizer(train, model)  # the project's optimizer: fused Adam, state on the GPU
+    optimizer = build_optimizer(model, learning_rates(train))  # the project's optimizer: fused Adam, state on the GPU
     obs = torch.ones(3, 2, train.env.obs_dim, device=w.device)
     for _ in range(2):
         optimizer.zero_grad()
@@ -108,6 +109,7 @@ def _collector(device: str, num_envs: int = 8, steps: int = 16):
 def test_rollout_syncs_once_per_step_and_the_update_once():
     from ppo_lstm.distributed import LocalComm
     from ppo_lstm.train.build import build_optimizer
+    from ppo_lstm.config.plan import learning_rates
     from ppo_lstm.algo.ppo import PPOSettings, ppo_update
 
     config, agent, collector = _collector("cuda")
@@ -118,7 +120,7 @@ def test_rollout_syncs_once_per_step_and_the_update_once():
     batch = collector.finish()
     settings = PPOSettings(config.clip, config.epochs, config.minibatches, config.ent_coef, config.vf_coef,
                            config.max_grad_norm, config.clip_vloss, config.norm_adv, None)
-    optimizer = build_optimizer(config, agent)
+    optimizer = build_optimizer(agent, learning_rates(config))
     starts = batch.episode_starts.cpu()
     pending = ppo_update(agent, optimizer, batch, settings, torch.Generator().manual_seed(0), LocalComm(), starts)
     pending.fetch()
@@ -129,6 +131,7 @@ def test_rollout_syncs_once_per_step_and_the_update_once():
 
 def test_first_minibatch_replays_the_rollout_log_probs_in_ieee_float32():
     from ppo_lstm.train.build import build_optimizer
+    from ppo_lstm.config.plan import learning_rates
     from ppo_lstm.distributed import LocalComm
     from ppo_lstm.algo.ppo import PPOSettings, ppo_update
 
@@ -139,7 +142,7 @@ def test_first_minibatch_replays_the_rollout_log_probs_in_ieee_float32():
     batch = collector.finish()
     settings = PPOSettings(config.clip, 1, 1, config.ent_coef, config.vf_coef, config.max_grad_norm,
                            config.clip_vloss, config.norm_adv, None)
-    stats = ppo_update(agent, build_optimizer(config, agent), batch, settings, torch.Generator().manual_seed(0),
+    stats = ppo_update(agent, build_optimizer(agent, learning_rates(config)), batch, settings, torch.Generator().manual_seed(0),
                        LocalComm()).fetch()
     assert torch.backends.cudnn.rnn.fp32_precision == "ieee"
     assert abs(stats.approx_kl) < 1e-7, stats.approx_kl
@@ -158,6 +161,7 @@ def test_non_finite_policy_raises_and_leaves_cuda_usable():
 
 def test_bf16_update_runs_the_lstm_in_bfloat16_and_stores_float32():
     from ppo_lstm.train.build import build_optimizer
+    from ppo_lstm.config.plan import learning_rates
     from ppo_lstm.distributed import LocalComm
     from ppo_lstm.distributed.cuda import require_bf16
     from ppo_lstm.algo.ppo import PPOSettings, ppo_update
@@ -175,7 +179,7 @@ def test_bf16_update_runs_the_lstm_in_bfloat16_and_stores_float32():
 
     settings = PPOSettings(config.clip, 1, 2, config.ent_coef, config.vf_coef, config.max_grad_norm,
                            config.clip_vloss, config.norm_adv, None, autocast=True)
-    optimizer = build_optimizer(config, agent)
+    optimizer = build_optimizer(agent, learning_rates(config))
     torch.lstm = spy
     try:
         stats = ppo_update(agent, optimizer, batch, settings, torch.Generator().manual_seed(0), LocalComm()).fetch()

@@ -20,12 +20,14 @@ import torch
 from conftest import ROOT, load_state
 from envs.config import EnvConfig
 from ppo_lstm.algo.buffer import RolloutBatch
-from ppo_lstm.algo.ppo import PPOSettings, ppo_update, share
+from ppo_lstm.algo.ppo import PPOSettings, ppo_update
+from ppo_lstm.algo.shares import share
 from ppo_lstm.algo.rollout import RolloutCollector
 from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import LocalComm
 from ppo_lstm.rundir.logger import NullLogger
 from ppo_lstm.train.build import build_agent, build_optimizer
+from ppo_lstm.config.plan import learning_rates
 from ppo_lstm.train.guard import UpdateGuard, outputs_finite
 
 pytestmark = pytest.mark.timeout(180)
@@ -65,7 +67,7 @@ def guarded_update(config: TrainConfig, weights: dict, batch: RolloutBatch, sett
     """One update as the trainer runs it (guard, sharded update, shared output check)."""
     agent = build_agent(config)
     agent.load_state_dict(weights)
-    optimizer = build_optimizer(config, agent)
+    optimizer = build_optimizer(agent, learning_rates(config))
     guard = UpdateGuard(agent, optimizer, comm.world_size, NullLogger())
     snapshot = guard.snapshot()
     starts = batch.episode_starts.cpu()

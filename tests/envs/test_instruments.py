@@ -16,7 +16,7 @@ from envs.data import DataError, load_ohlcv
 from envs.data.instruments import data_paths
 from envs.vector import VectorTradingEnv
 from ppo_lstm.rundir.checkpoint import from_safe
-from ppo_lstm.config import TrainConfig
+from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.errors import UsageError
 from ppo_lstm.train.holdout import split_instruments
 

@@ -155,7 +155,7 @@ def test_minibatch_of_one_transition_is_refused_at_start(cwd):
     result = cli_in_process(cwd, *TINY, "--update-interval", "8", "--num-envs", "8", "--minibatches", "8")
     assert result.returncode == 2
     assert result.error_lines() == [
-        "error: --minibatches 8 leaves one transition per minibatch (8 transitions / 8), too few to normalise "
+        "error: --minibatches 8 leaves one transition in a minibatch (8 transitions / 8), too few to normalise "
         "advantages; use --minibatches 4 or fewer, a larger --update-interval, or --no-norm-adv"]
     assert not (cwd / "checkpoints").exists()
 
@@ -201,7 +201,7 @@ def test_start_up_removes_only_this_projects_temp_files(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(theirs)
 
 
-def test_ppo_update_refuses_minibatches_that_do_not_divide():
+def test_ppo_update_refuses_more_minibatches_than_sequences():
     from ppo_lstm.algo.agent import RecurrentActorCritic
     from ppo_lstm.algo.buffer import RolloutBuffer
     from ppo_lstm.distributed import LocalComm
@@ -211,6 +211,6 @@ def test_ppo_update_refuses_minibatches_that_do_not_divide():
     agent = RecurrentActorCritic(4, 3, 8, 8)
     buffer = RolloutBuffer(2, 6, 4, 8, torch.device("cpu"))
     batch = buffer.finish(torch.zeros(6), torch.zeros(6), 0.99, 0.95)
-    settings = PPOSettings(0.2, 1, 4, 0.0, 0.5, 0.5, True, False, None)
-    with pytest.raises(ValueError, match="4 minibatches do not divide the batch's 6 env sequences"):
+    settings = PPOSettings(0.2, 1, 7, 0.0, 0.5, 0.5, True, False, None)
+    with pytest.raises(ValueError, match="7 minibatches of the batch's 6 env sequences leave one empty"):
         ppo_update(agent, torch.optim.Adam(agent.parameters()), batch, settings, torch.Generator(), LocalComm())

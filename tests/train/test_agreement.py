@@ -12,7 +12,7 @@ import torch
 
 from conftest import SPAWN2, run_cli
 
-from ppo_lstm.train.agreement import exchange
+from ppo_lstm.train.agreement import RankReport, exchange
 from ppo_lstm.algo.buffer import RolloutBatch
 from ppo_lstm.distributed import LocalComm
 
@@ -65,7 +65,7 @@ def assert_batches_equal(a: RolloutBatch, b: RolloutBatch) -> None:
 
 def test_one_rank_gets_its_own_batch_and_records_back_exactly():
     batch, mine = make_batch(1), records(2, 1e6 + 0.1)
-    combined, agreed = exchange(LocalComm(), batch, mine, True, 0, 0.5, CAPACITY)
+    combined, agreed = exchange(LocalComm(), batch, RankReport(mine, CAPACITY, True, 0, 0.5))
     assert_batches_equal(combined, batch)
     assert agreed.records == mine.tolist()  # float64 through a byte view: not rounded to float32
     assert agreed.finished and agreed.signum == 0 and agreed.bad_update_ranks == []
@@ -75,8 +75,8 @@ def test_one_rank_gets_its_own_batch_and_records_back_exactly():
 def test_two_ranks_side_by_side_in_rank_order():
     ours, theirs = make_batch(1), make_batch(2)
     capture = Capture()
-    exchange(capture, theirs, records(1, 7.0), False, 15, 0.25, CAPACITY, bad_update=True)  # rank 1's payload
-    combined, agreed = exchange(TwoRanks(capture.payload), ours, records(3, 0.0), True, 0, 0.5, CAPACITY)
+    exchange(capture, theirs, RankReport(records(1, 7.0), CAPACITY, False, 15, 0.25, bad_update=True))  # rank 1's payload
+    combined, agreed = exchange(TwoRanks(capture.payload), ours, RankReport(records(3, 0.0), CAPACITY, True, 0, 0.5))
     for name in ours.__dataclass_fields__:  # [T, 2N] (or [1, 2N, H]): rank 0's envs, then rank 1's
         expected = torch.cat([getattr(ours, name), getattr(theirs, name)], dim=1)
         assert torch.equal(getattr(combined, name), expected), name
@@ -89,10 +89,10 @@ def test_two_ranks_side_by_side_in_rank_order():
 
 def test_no_records_and_a_full_rollout_of_them():
     batch = make_batch(3)
-    _, none = exchange(LocalComm(), batch, np.zeros((0, 6)), False, 0, 1.0, CAPACITY)
+    _, none = exchange(LocalComm(), batch, RankReport(np.zeros((0, 6)), CAPACITY, False, 0, 1.0))
     assert none.records == []
     full = records(CAPACITY, 0.5)
-    _, every = exchange(LocalComm(), batch, full, False, 0, 1.0, CAPACITY)
+    _, every = exchange(LocalComm(), batch, RankReport(full, CAPACITY, False, 0, 1.0))
     assert every.records == full.tolist()
 
 
@@ -102,12 +102,12 @@ def test_any_rows_size_odd_or_even_one_rank_and_two(steps, envs, obs_dim):
     them must still be readable (a view needs an 8-byte aligned offset)."""
     capacity = steps * envs
     ours, theirs = make_batch(1, steps, envs, obs_dim), make_batch(2, steps, envs, obs_dim)
-    combined, agreed = exchange(LocalComm(), ours, records(1, 0.25), True, 0, 0.5, capacity)
+    combined, agreed = exchange(LocalComm(), ours, RankReport(records(1, 0.25), capacity, True, 0, 0.5))
     assert_batches_equal(combined, ours)
     assert agreed.records == records(1, 0.25).tolist() and agreed.finished
     capture = Capture()
-    exchange(capture, theirs, records(2, 9.0), False, 2, 0.25, capacity)
-    combined, agreed = exchange(TwoRanks(capture.payload), ours, records(1, 0.25), True, 0, 0.5, capacity)
+    exchange(capture, theirs, RankReport(records(2, 9.0), capacity, False, 2, 0.25))
+    combined, agreed = exchange(TwoRanks(capture.payload), ours, RankReport(records(1, 0.25), capacity, True, 0, 0.5))
     for name in ours.__dataclass_fields__:
         assert torch.equal(getattr(combined, name), torch.cat([getattr(ours, name), getattr(theirs, name)], dim=1))
     assert agreed.records == records(1, 0.25).tolist() + records(2, 9.0).tolist()

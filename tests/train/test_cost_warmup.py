@@ -4,6 +4,7 @@ import torch
 
 from envs.config import EnvConfig
 from ppo_lstm.config.checks import validate
+from ppo_lstm.config.migrate import migrate_settings
 from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import LocalComm, Worker
 from ppo_lstm.errors import UsageError
@@ -40,6 +41,6 @@ def test_cost_warmup_outside_0_1_is_a_usage_error():
 
 def test_a_checkpoint_from_before_the_flag_keeps_full_costs():
     saved = TrainConfig().to_dict()
-    del saved["cost_warmup"]
-    assert TrainConfig.from_dict(saved).cost_warmup == 0.0
+    del saved["cost_warmup"], saved["batch_rule"]
+    assert TrainConfig.from_dict(migrate_settings(saved, 1, "test")).cost_warmup == 0.0
     assert TrainConfig.from_dict(TrainConfig().to_dict()).cost_warmup == TrainConfig().cost_warmup

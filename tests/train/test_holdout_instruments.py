@@ -16,6 +16,7 @@ import torch
 from envs.config import EnvConfig
 from envs.data import load_ohlcv
 from ppo_lstm.algo.agent import RecurrentActorCritic
+from ppo_lstm.config.plan import BatchPlan
 from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.evaluation.cli import build_parser
 from ppo_lstm.rundir.checkpoint import BEST_NAME
@@ -99,7 +100,7 @@ def test_a_short_holdout_is_warned_about_and_left_out_of_the_mean(tmp_path: Path
     assert columns["holdout_return_pct"] == pytest.approx(holdout_score(result), abs=1e-6)
     assert columns["SHORT.csv:holdout_return_pct"] == pytest.approx(returns["SHORT.csv"], abs=1e-6)  # still logged
     assert holdout_line(8, result).endswith("(mean of 2 of 3 instruments)")
-    lines = startup_lines(config, 1, 0, RunState(share=16, next_log_at=1, next_checkpoint_at=8), None, holdout, [])
+    lines = startup_lines(config, BatchPlan.of(config), 0, RunState(share=16, next_log_at=1, next_checkpoint_at=8), None, holdout, [])
     warnings = [line for line in lines if line.startswith("Warning:")]
     assert warnings == [holdout.warnings()[0]] and len(warnings) == 1
     assert ("SHORT.csv keeps 5 held-out bars after the one cut in time, fewer than window + 2 = 10; its figures are "

@@ -11,7 +11,7 @@ from conftest import SPAWN2, TINY, cli_in_process, run_cli
 from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.errors import UsageError
 from ppo_lstm.rundir.checkpoint import CheckpointDir
-from ppo_lstm.train.agreement import agreement_row, read_agreement
+from ppo_lstm.train.agreement import RankReport, agreement_row, read_agreement
 from ppo_lstm.config.values import limit_seconds
 from ppo_lstm.train.time_limit import LimitProjection, schedules_at, stop_note
 
@@ -69,7 +69,7 @@ def test_the_projection_warns_once_where_the_limit_cuts_the_schedules():
 
 def test_any_ranks_clock_stops_every_rank():
     empty = np.zeros((0, 6))
-    rows = torch.stack([agreement_row(empty, False, 0, 1.0, 4), agreement_row(empty, False, 0, 1.0, 4, time_up=True)])
+    rows = torch.stack([agreement_row(RankReport(empty, 4)), agreement_row(RankReport(empty, 4, time_up=True))])
     assert read_agreement(rows, 4).time_up and not read_agreement(rows[:1], 4).time_up
 
 

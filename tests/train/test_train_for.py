@@ -15,8 +15,8 @@ from ppo_lstm.algo.episodes import EpisodeTotals
 from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.rundir.logger import format_episode_line
 from ppo_lstm.rundir.checkpoint import CheckpointDir
-from ppo_lstm.train.agreement import agreement_row, read_agreement
-from ppo_lstm.train.time_limit import FIT_AT, EpisodeFit, TimeBudget, time_up_line
+from ppo_lstm.train.agreement import RankReport, agreement_row, read_agreement
+from ppo_lstm.train.time_limit import FIT_AT, EpisodeFit, TimeBudget, resumed_fit, time_up_line
 
 FIT = re.compile(r"--train-for \S+: at [\d,]+ env-steps/s(?: so far)?, (\d+) episodes fit")
 
@@ -82,8 +82,8 @@ def test_the_lines_of_a_stop_by_the_clock():
 
 def test_rank_0s_fitted_episodes_reach_every_rank():
     empty = np.zeros((0, 6))
-    rows = torch.stack([agreement_row(empty, False, 0, 1.0, 4, fitted=2 ** 40 + 64),
-                        agreement_row(empty, False, 0, 1.0, 4)])
+    rows = torch.stack([agreement_row(RankReport(empty, 4, False, 0, 1.0, fitted=2 ** 40 + 64)),
+                        agreement_row(RankReport(empty, 4, False, 0, 1.0))])
     assert read_agreement(rows, 4).fitted_episodes == 2 ** 40 + 64  # exact in float64
     assert read_agreement(rows[1:], 4).fitted_episodes == 0
 
@@ -158,3 +158,28 @@ def test_two_workers_take_the_same_fit(tmp_path: Path):
     assert fitted and all(n % 4 == 0 for n in fitted)  # rounds of 2 workers x 2 envs
     assert _checkpoint_episodes(tmp_path) == fitted[-1]
     assert "Training finished: " in log
+
+
+def test_a_resumed_run_of_a_time_goes_on_from_its_schedules_until_its_fit():
+    """Until its first fit, a resumed --train-for run is one of its done episodes and what fits in
+    the time at its recorded speed; it is not the endless run whose schedules stand at their start."""
+    assert resumed_fit(128, 128, 128 * 16, 2.0, 1.0, 16, 2) == 192  # 1024 env-steps/s: 64 more in 1 s
+    assert resumed_fit(128, 128, 0, 0.0, 1.0, 16, 2) == 130  # no speed recorded (format 1): one round more
+    assert resumed_fit(100, 128, 0, 0.0, 1.0, 16, 2) == 128  # ... or the run's own episodes, if more
+    assert resumed_fit(128, 128, 128 * 16, 2.0, 0.001, 16, 4) == 132  # at least a round of the 4 envs
+
+
+def test_resume_train_for_of_a_finished_run_trains_at_annealed_rates_not_the_start_rate(tmp_path: Path):
+    import csv
+    first = cli_in_process(tmp_path, *TINY, "--episodes", "128", "--checkpoint-interval", "1000000")
+    assert first.returncode == 0, first.stderr
+    rows = list(csv.DictReader(open(tmp_path / "checkpoints" / "metrics.csv")))
+    start, last = float(rows[0]["lr_actor"]), int(rows[-1]["update"])
+    assert float(rows[-1]["lr_actor"]) < 0.05 * start  # annealed nearly to 0 at the run's end
+    state = torch.load(CheckpointDir(tmp_path / "checkpoints").latest(), weights_only=True)
+    assert state["counters"]["train_seconds"] > 0
+    again = cli_in_process(tmp_path, "--resume", "--train-for", "1s", "--no-progress")
+    assert again.returncode == 0, again.stderr
+    rows = list(csv.DictReader(open(tmp_path / "checkpoints" / "metrics.csv")))
+    resumed = [r for r in rows if int(r["update"]) > last]
+    assert resumed and 0 < float(resumed[0]["lr_actor"]) < 0.9 * start  # the bug: the start rate, 1.0 x start

@@ -154,23 +154,28 @@ def test_a_study_recorded_before_rate_cap_reads_as_the_x8_its_trials_trained_wit
     from ppo_lstm.errors import UsageError
     from ppo_lstm.tune.report import run_settings
     from ppo_lstm.tune.storage import check_settings
-    now = {"trials": 4, "base": run_settings(TrainConfig(rate_cap=8.0))}
-    old = {"trials": 4, "base": {k: v for k, v in now["base"].items() if k != "rate_cap"}}  # before --rate-cap
+    now = {"trials": 4, "base": run_settings(TrainConfig(rate_cap=8.0, batch_rule=2))}
+    old = {"trials": 4, "base": {k: v for k, v in now["base"].items()  # format 1, before --rate-cap
+                                 if k not in ("rate_cap", "batch_rule")}}
     check_settings("s", old, now)
     with pytest.raises(UsageError, match=r"created with base rate_cap = 8\.0, this command gives 4\.0"):
-        check_settings("s", old, {**now, "base": run_settings(TrainConfig())})
+        check_settings("s", old, {**now, "base": run_settings(TrainConfig(batch_rule=2))})
+    with pytest.raises(UsageError, match=r"created with base batch_rule = 2, this command gives 3"):
+        check_settings("s", old, {**now, "base": run_settings(TrainConfig(rate_cap=8.0))})
+    recorded = {**now, "settings_format": 2}  # format 2 records every setting as it is
+    check_settings("s", recorded, {**now, "settings_format": 2})
 
 
 def test_a_study_recorded_before_ema_spans_reads_as_one_without_the_entry():
     from ppo_lstm.errors import UsageError
     from ppo_lstm.tune.report import run_settings
     from ppo_lstm.tune.storage import check_settings
-    now = {"trials": 4, "base": run_settings(TrainConfig(env=EnvConfig(ema_spans="none")))}
+    now = {"trials": 4, "base": run_settings(TrainConfig(env=EnvConfig(ema_spans="none"), batch_rule=2))}
     old = {"trials": 4, "base": {k: v for k, v in now["base"].items()  # before --ema-spans and --feature-window
-                                 if k not in ("env.ema_spans", "env.feature_window")}}
+                                 if k not in ("env.ema_spans", "env.feature_window", "batch_rule")}}
     check_settings("s", old, now)
     with pytest.raises(UsageError, match=r'created with base env.ema_spans = null, this command gives "500"'):
-        check_settings("s", old, {**now, "base": run_settings(TrainConfig())})
+        check_settings("s", old, {**now, "base": run_settings(TrainConfig(batch_rule=2))})
 
 
 def test_a_base_setting_the_space_samples_is_not_compared_so_a_changed_default_does_not_refuse_the_study():

@@ -117,7 +117,7 @@ def test_invalid_settings_fail_their_trial_and_the_study_goes_on(tmp_path: Path)
     assert_exactly(trials, 2)
     for t in trials:
         assert t.state.name == "FAIL"
-        assert "--minibatches 3 must divide the 2 env sequences" in t.user_attrs[FAIL_REASON]
+        assert "--minibatches 3 is more than the 2 env sequences" in t.user_attrs[FAIL_REASON]
     assert "No complete trial yet" in result.stdout and "Failed trials:" in result.stdout
     assert not (tmp_path / "study" / "best.yaml").exists()
 

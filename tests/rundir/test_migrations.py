@@ -1,0 +1,89 @@
+"""Checkpoints of every earlier format resume and evaluate bitwise as the version that wrote them
+did (``tests/fixtures/checkpoints``: one tiny run per format and batch rule, its checkpoint at
+episode 16, the sha256 of the model that version trained from it to episode 32, and what
+evaluate-ppo-lstm printed for it); a file newer than this version is refused in one line."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import cli_in_process
+from ppo_lstm.config.migrate import (CHECKPOINT_CHAIN, CHECKPOINT_FORMAT, SETTINGS_CHAIN, SETTINGS_FORMAT,
+                                     migrate_checkpoint)
+from ppo_lstm.config.schema import TrainConfig
+from ppo_lstm.errors import UsageError
+from ppo_lstm.evaluation.cli import main as evaluate_main
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints"
+NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "expected.json").is_file())
+
+
+def _model_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    for key, value in sorted(torch.load(path, weights_only=True)["model"].items()):
+        digest.update(key.encode())
+        digest.update(value.detach().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _fixture(tmp_path: Path, name: str) -> tuple[Path, dict]:
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / name, run)
+    (run / "expected.json").unlink()
+    return run, json.loads((FIXTURES / name / "expected.json").read_text())
+
+
+def test_the_chains_step_through_every_format():
+    assert sorted(CHECKPOINT_CHAIN) == list(range(1, CHECKPOINT_FORMAT))
+    assert sorted(SETTINGS_CHAIN) == list(range(1, SETTINGS_FORMAT))
+    assert len(NAMES) >= 2 and all(n.startswith("v") for n in NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_checkpoint_of_an_earlier_format_resumes_bitwise_as_its_version_trained(tmp_path, monkeypatch, name):
+    run, expected = _fixture(tmp_path, name)
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    monkeypatch.setenv("PPO_LSTM_DUMP_FINAL_DIR", str(dump))
+    result = cli_in_process(tmp_path, "--resume", "--checkpoint-dir", "run", "--log-file", "run/training.log",
+                            "--episodes", str(expected["resumed_to_episodes"]), "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert "Settings: as in the checkpoint" in result.stdout
+    assert _model_sha256(dump / "rank0_final.pt") == expected["final_model_sha256"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_checkpoint_of_an_earlier_format_evaluates_as_its_version_did(tmp_path, capsys, name):
+    run, expected = _fixture(tmp_path, name)
+    code = evaluate_main(["--checkpoint", str(run / expected["checkpoint"]), *expected["evaluate"]["args"],
+                          "--json"])
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)["agent"] == expected["evaluate"]["agent"]
+
+
+def test_a_checkpoint_of_a_newer_format_is_refused_in_one_line(tmp_path):
+    run, expected = _fixture(tmp_path, NAMES[-1])
+    path = run / expected["checkpoint"]
+    state = torch.load(path, weights_only=True)
+    state["format"] = CHECKPOINT_FORMAT + 1
+    torch.save(state, path)
+    result = cli_in_process(tmp_path, "--resume", "--checkpoint-dir", "run", "--no-progress")
+    assert result.returncode == 2
+    assert result.error_lines() == [f"error: {path.relative_to(tmp_path)} is of format {CHECKPOINT_FORMAT + 1}, "
+                                    f"newer than this version of ppo-lstm-trader reads (up to {CHECKPOINT_FORMAT}); "
+                                    f"upgrade ppo-lstm-trader to read it"]
+    with pytest.raises(UsageError, match="unknown format 'x'"):
+        migrate_checkpoint({"format": "x"}, "a file")
+
+
+def test_settings_this_version_does_not_know_are_refused_not_ignored():
+    saved = TrainConfig().to_dict()
+    saved["later_setting"] = 1
+    saved["env"]["later_env_setting"] = 2
+    with pytest.raises(ValueError, match="later_setting, env.later_env_setting"):
+        TrainConfig.from_dict(saved)
