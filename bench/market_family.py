@@ -19,9 +19,9 @@ percentile) are over every (variant, seed) run of a kind, or of the whole family
 Budget: ``--train-for`` (equal wall time, the default: flags that change the speed are
 compared at what they do in the same time) or ``--episodes`` (equal episodes).
 
-    python bench/market_family.py                          # today's defaults, 4 tuning variants per kind
-    python bench/market_family.py --variants 3 --seeds 2 --train-for 45s \\
-        --flags defaults="" --flags fw256="--feature-window 256"
+    python bench/market_family.py                          # today's defaults, 4 tuning variants per kind (~30 min)
+    python bench/market_family.py --variants 4 --seeds 2 --train-for 45s \\
+        --flags defaults="" --flags fw256="--feature-window 256"   # 27 min: bench/results/market_family.txt
     python bench/market_family.py --split held-out         # the test set: for checking a choice, never making it
     python bench/market_family.py --quick                  # smoke run: 1 variant per kind, 1 seed, 10 s
 
@@ -41,6 +41,7 @@ import shlex  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from concurrent.futures import as_completed  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Optional  # noqa: E402
 
@@ -177,8 +178,15 @@ def main() -> None:
                       "test_csv": str(test_csv), "argv": [*v.flags(), *extra, *budget_argv]}
                      for name, extra in flag_sets.items()]
     ceilings_s = time.perf_counter() - start
+    done: list[dict[str, Any]] = []
     with job_pool(args.jobs) as pool:
-        done = [f.result() for f in [pool.submit(run_family_job, job) for job in jobs]]
+        for future in as_completed([pool.submit(run_family_job, job) for job in jobs]):
+            d = future.result()
+            done.append(d)
+            said = d.get("failed") or f"{d['result']['bps_per_bar']:.3f} bps/bar, {d['result']['env_steps']} steps"
+            print(f"[{len(done)}/{len(jobs)}] {d['variant']} {d['flags']} seed {d['seed']}: {said}", file=sys.stderr,
+                  flush=True)
+    done.sort(key=lambda d: (d["variant"], d["flags"], d["seed"]))
     tmp.cleanup()
 
     by_name = {r["name"]: r for r in rows}
