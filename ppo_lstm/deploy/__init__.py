@@ -18,6 +18,9 @@
 - ``onnx_model.py``: the exported graph's inputs, outputs and metadata, and ``OnnxStep``;
 - ``saved_env.py``: a saved model's env settings as this version reads them, without torch.
 
-The ONNX route (``TradingPolicy.from_onnx``, ``predict-ppo-lstm --model``) imports numpy, pandas,
-onnxruntime and the env's observation code, never torch.
+- ``times.py``: bar times as naive-UTC nanoseconds, ``numpy.datetime64`` and ISO text, without pandas.
+
+The ONNX route (``TradingPolicy.from_onnx``, ``predict-ppo-lstm --model``) imports numpy, onnxruntime
+and the env's observation code, never torch nor pandas (pandas comes in only for a value or a file the
+pandas-free readers leave to it: ``times.py``, ``envs.data.plain_csv``).
 """

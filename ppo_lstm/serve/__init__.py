@@ -12,5 +12,5 @@
 - ``access.py``: the bind address, the bearer token, the body size limit (ASGI middleware);
 - ``errors.py``: ``RequestError``, a refused request and its HTTP status.
 
-It needs the ``serve`` extra (FastAPI and uvicorn). With an ONNX model nothing here imports torch.
+It needs the ``serve`` extra (FastAPI and uvicorn). With an ONNX model nothing here imports torch or pandas.
 """
