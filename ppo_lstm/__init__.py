@@ -5,7 +5,7 @@ The public API (imported lazily: ``import ppo_lstm`` does not import torch)::
     from ppo_lstm import TrainConfig, load_policy, backtest_history, backtest_simulated, TradingPolicy, state_lock
 
 - ``TrainConfig`` (``ppo_lstm.config.schema``): every training setting, the flags are built from it;
-- ``load_policy`` (``ppo_lstm.evaluation.cli``): a checkpoint's agent and its TrainConfig;
+- ``load_policy`` (``ppo_lstm.evaluation.loading``): a checkpoint's agent and its TrainConfig;
 - ``backtest_history`` / ``backtest_simulated`` (``ppo_lstm.evaluation.backtest``): a policy
   bar for bar on a price file, or on fresh simulated episodes;
 - ``TradingPolicy`` / ``Decision`` (``ppo_lstm.deploy.policy``): a trained policy fed one bar at a time;
@@ -25,7 +25,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "TrainConfig": "ppo_lstm.config.schema",
-    "load_policy": "ppo_lstm.evaluation.cli",
+    "load_policy": "ppo_lstm.evaluation.loading",
     "backtest_history": "ppo_lstm.evaluation.backtest",
     "backtest_simulated": "ppo_lstm.evaluation.backtest",
     "TradingPolicy": "ppo_lstm.deploy.policy",

@@ -16,7 +16,7 @@ from .distributed import first_process, launch, launched_by_torchrun, resolve_de
 from .errors import EXIT_USAGE, UsageError
 from .train.build import build_agent, check_model_matches
 from .train.data_fingerprint import check_resume_data, data_fingerprint
-from .train.holdout import load_training_data
+from .data_split import load_training_data
 from .train.run_dir import check_run_dir, hold_lock_for_workers, newest_checkpoint, release_lock_for_workers
 from .train.worker import train_worker
 

@@ -6,7 +6,6 @@
 - ``staging.py``: one host -> device copy per env step (``StepStaging``);
 - ``rollout.py``: ``RolloutCollector``, the envs, the carried LSTM state and the action sampler;
 - ``ppo.py``: the PPO update over minibatches of whole sequences;
-- ``shares.py``: near-equal pieces of a range (minibatches, the ranks' shares, micro-batches);
 - ``episodes.py``: episode accounting (``EPISODE_FIELDS``, ``episode_records``, ``EpisodeTotals``);
 - ``seeding.py``: seeds per (seed, rank, purpose).
 """

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from .agent import RecurrentActorCritic, sequence_boundaries
 from .buffer import RolloutBatch
-from .shares import share, shares
+from ..config.plan import share, shares
 from ..distributed import Comm
 
 

@@ -72,7 +72,7 @@ def parse_command_line(argv: Optional[list[str]] = None, prog: Optional[str] = N
 def config_yaml(config: TrainConfig, header: tuple[str, ...] = ()) -> str:
     """``config`` as a YAML config file (every field, keyed by its flag name, grouped as in
     --help) that ``--config`` reads back into an equal :class:`TrainConfig`."""
-    return dump_settings(build_parser(), {name: value for name, (_, value) in settings_of(config).items()}, header)
+    return dump_settings(build_parser(), {name: value for name, (_, value) in flag_settings(config).items()}, header)
 
 
 def save_run_config(config: TrainConfig) -> Path:
@@ -92,7 +92,7 @@ def save_run_config(config: TrainConfig) -> Path:
     return path
 
 
-def settings_of(config: TrainConfig) -> dict[str, tuple[dataclasses.Field, Any]]:
+def flag_settings(config: TrainConfig) -> dict[str, tuple[dataclasses.Field, Any]]:
     """Every flag's field and value, keyed ``"name"`` or ``"env.name"``."""
     out = {f.name: (f, getattr(config, f.name)) for f in dataclasses.fields(config) if f.name != "env"}
     out.update({"env." + f.name: (f, getattr(config.env, f.name)) for f in dataclasses.fields(config.env)})

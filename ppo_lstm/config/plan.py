@@ -26,7 +26,6 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol
 
-from ..algo.shares import shares as sequence_shares
 from ..errors import UsageError
 
 
@@ -57,6 +56,19 @@ BASE_MINIBATCH = BASE_BATCH // MAX_MINIBATCHES  # transitions of one gradient st
 MIN_MINIBATCH = 64  # ... and at least this many transitions (4 sequences of 16 steps, 8 of 8)
 DEFAULT_RATE_CAP = 4.0  # ... up to this scale (--rate-cap), reached at a batch of 2,048 (docs/batch_scaling.md)
 SAVED_RATE_CAP = 8.0  # the cap of a checkpoint written before --rate-cap existed: it resumes at the rates it had
+
+
+def share(count: int, part: int, parts: int) -> slice:
+    """Part ``part`` of ``parts`` contiguous, near-equal pieces of ``range(count)`` (the first
+    ``count % parts`` pieces one longer; a piece may be empty)."""
+    base, longer = divmod(count, parts)
+    start = part * base + min(part, longer)
+    return slice(start, start + base + (part < longer))
+
+
+def shares(count: int, parts: int) -> list[slice]:
+    """Every :func:`share` of ``range(count)`` in ``parts``, in order."""
+    return [share(count, part, parts) for part in range(parts)]
 
 
 @dataclass(frozen=True)
@@ -191,7 +203,7 @@ def describe_batch(config: BatchSettings, world_size: int = 1) -> str:
     else:
         how = "--learning-rate-actor and --learning-rate-critic as given"
     count = minibatches(config, world_size)
-    sizes = sorted({t * (share.stop - share.start) for share in sequence_shares(n * world_size, count)}, reverse=True)
+    sizes = sorted({t * (share.stop - share.start) for share in shares(n * world_size, count)}, reverse=True)
     split = f"{count} minibatch{'es' if count > 1 else ''} of {' or '.join(map(str, sizes))}"
     if base == BASE_MINIBATCH:  # the rule took fewer than MAX_MINIBATCHES
         split += (f" (default: {MAX_MINIBATCHES}, fewer to keep at least {least_sequences(t, config.batch_rule)} of the "

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from ..errors import UsageError
 from .checks import validate
-from .command_line import CommandLine, settings_of
+from .command_line import CommandLine, flag_settings
 from .flags import flag_name
 from .plan import BatchPlan
 from .schema import TrainConfig
@@ -68,7 +68,7 @@ def _resumed(config: TrainConfig, given: frozenset[str], saved: dict[str, Any],
     except (TypeError, ValueError) as err:
         raise UsageError(f"{source} holds {err}; resume it with the version that wrote it") from None
     changes = []
-    for name, (f, value) in settings_of(config).items():
+    for name, (f, value) in flag_settings(config).items():
         if not (f.metadata.get("launch") or name in given):
             continue
         target = merged.env if name.startswith("env.") else merged

@@ -16,7 +16,6 @@
 - ``predict.py``: the decision command line (``predict-ppo-lstm``, ``python -m ppo_lstm.predict``);
 - ``export_onnx.py``: the ONNX export command line (``export-ppo-lstm``);
 - ``onnx_model.py``: the exported graph's inputs, outputs and metadata, and ``OnnxStep``;
-- ``saved_env.py``: a saved model's env settings as this version reads them, without torch.
 
 - ``times.py``: bar times as naive-UTC nanoseconds, ``numpy.datetime64`` and ISO text, without pandas.
 

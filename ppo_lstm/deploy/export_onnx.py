@@ -101,7 +101,7 @@ def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
     if prog is None and os.path.basename(sys.argv[0]) == "export-ppo-lstm":
         prog = "export-ppo-lstm"
     args = build_parser(prog).parse_args(argv)
-    from ..evaluation.cli import checkpoint_file, load_policy
+    from ..evaluation.loading import checkpoint_file, load_policy
 
     try:
         target = args.onnx

@@ -9,8 +9,8 @@ The graph (``ppo_lstm.deploy.export_onnx`` writes it) is one decision of B envs:
 ``c_next``. The greedy action is ``argmax(logits)``; its signed lots are ``positions[action]``.
 
 The model's ``metadata_props`` carry what a consumer needs to build the observations
-(``METADATA_KEYS``): the env settings (``env``, JSON, as ``spec.env_settings`` records
-them, and the main ones on their own), ``positions``, ``features`` (JSON list of the data's feature columns the observation
+(``METADATA_KEYS``): the env settings (``env``, JSON, every field; of ``settings_format``,
+read through :mod:`ppo_lstm.config.migrate`; and the main ones on their own), ``positions``, ``features`` (JSON list of the data's feature columns the observation
 uses, in order: the training ``--features``, ``[]`` without), ``ema_spans`` (JSON list of
 the spans of the EMA deviations that follow them: the training ``--ema-spans``, ``[]``
 without; a model written before the key existed reads as ``[]``), the observation layout
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +38,15 @@ from envs.ema_deviation import EMA_CLIP
 from envs.observation import RMS_FLOOR, RETURN_CLIP, UPNL_CLIP, UPNL_SCALE
 
 from ..errors import UsageError, one_line
-from .saved_env import env_as_this_version
-from .spec import PolicySpec, env_settings
+from ..config.migrate import SETTINGS_FORMAT, migrate_env
+from .spec import PolicySpec
 
 MODEL_FORMAT = "ppo-lstm-trader recurrent step"
 MODEL_VERSION = "1"
 INPUTS = ("observation", "h", "c")
 OUTPUTS = ("logits", "value", "h_next", "c_next")
 METADATA_KEYS = (
-    "format", "version", "fingerprint", "source", "env", "window", "max_position", "no_short", "episode_length",
+    "format", "version", "fingerprint", "source", "settings_format", "env", "window", "max_position", "no_short", "episode_length",
     "initial_cash", "fee_bps", "slippage_bps", "positions", "features", "ema_spans", "observation", "obs_dim",
     "num_actions", "hidden_size", "lstm_size", "return_clip", "rms_floor", "upnl_scale", "upnl_clip", "time_scale",
     "feature_window", "feature_clip", "feature_std_floor_rel", "feature_std_floor_abs", "ema_clip", "inputs",
@@ -92,7 +92,8 @@ def metadata(env: EnvConfig, hidden_size: int, lstm_size: int, fingerprint: str,
     offset = 0 if env.no_short else env.max_position
     return {
         "format": MODEL_FORMAT, "version": MODEL_VERSION, "fingerprint": fingerprint, "source": source,
-        "env": json.dumps(env_settings(env), sort_keys=True), "window": str(env.window),
+        "settings_format": str(SETTINGS_FORMAT), "env": json.dumps(asdict(env), sort_keys=True),
+        "window": str(env.window),
         "max_position": str(env.max_position), "no_short": json.dumps(env.no_short),
         "episode_length": str(env.episode_length), "initial_cash": repr(float(env.initial_cash)),
         "fee_bps": repr(float(env.fee_bps)), "slippage_bps": repr(float(env.slippage_bps)),
@@ -118,9 +119,15 @@ def spec_of(meta: dict[str, str], source: str) -> PolicySpec:
     saved = json.loads(meta["env"])
     if not isinstance(saved, dict):
         raise ValueError("its env is not a JSON object")
-    saved = env_as_this_version(saved)
-    names = {f.name for f in fields(EnvConfig)}
-    env = EnvConfig(**{k: v for k, v in saved.items() if k in names})
+    version = meta.get("settings_format")  # absent: format 1, whose env left out settings at their old values
+    try:
+        saved = migrate_env(saved, None if version is None else int(version), source)
+    except (UsageError, ValueError) as err:
+        raise ValueError(f"its settings_format {version!r}: {one_line(err)}") from None
+    unknown = sorted(set(saved) - {f.name for f in fields(EnvConfig)})
+    if unknown:
+        raise ValueError(f"its env holds settings this version does not know: {', '.join(unknown)}")
+    env = EnvConfig(**saved)
     env.validate()
     features = tuple(json.loads(meta.get("features", "[]")))
     if features != env.feature_names:

@@ -83,7 +83,7 @@ def load(args: argparse.Namespace) -> TradingPolicy:
         if args.device != "cpu":
             raise UsageError("--device is for --checkpoint; --model runs on onnxruntime's CPU provider")
         return TradingPolicy.from_onnx(args.model, args.fee_bps, args.slippage_bps)
-    from ..evaluation.cli import policy_device as resolve_device
+    from ..evaluation.loading import policy_device as resolve_device
 
     return TradingPolicy.load(args.checkpoint, resolve_device(args.device), args.fee_bps, args.slippage_bps)
 

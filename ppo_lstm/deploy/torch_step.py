@@ -52,7 +52,7 @@ def checkpoint_step(checkpoint: str | os.PathLike, device: torch.device | str = 
                     ) -> tuple[PolicySpec, TorchStep]:
     """The spec and network step of a checkpoint file or directory (as ``evaluate-ppo-lstm
     --checkpoint``); UsageError (one line) for an unusable file."""
-    from ..evaluation.cli import checkpoint_file, load_policy  # evaluate imports much; only the loader is needed
+    from ..evaluation.loading import checkpoint_file, load_policy
 
     path = checkpoint_file(Path(checkpoint))
     agent, config = load_policy(path, device)

@@ -21,23 +21,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple, Optional
 
-import numpy as np
 import torch
 
 from envs.config import MARKETS, EnvConfig
 from envs.data import DataError, MarketData, date_span, load_ohlcv
 from envs.data.instruments import data_paths, instrument_name
-from envs.vector import VectorTradingEnv
 
 from ..algo.agent import RecurrentActorCritic
 from .backtest import BacktestResult, backtest_history, backtest_simulated, first_decision_bar
-from .loading import checkpoint_file, load_policy, load_policy_and_data, mark_training_bars  # noqa: F401 - re-exported
+from .loading import checkpoint_file, load_policy_and_data, mark_training_bars, policy_device
 from ..config.schema import TrainConfig
 from ..config.flags import add_config_options, settings_or_exit
-from ..distributed.cuda import configure_numerics
-from ..distributed.devices import resolve_device
 from ..errors import EXIT_USAGE, OneLineParser, Switch, UsageError
-from ..algo.episodes import EpisodeTotals, episode_records
 from .report import (format_instruments_table, format_table, instruments_dict, plot, report_dict, write_equity_csv,
                      write_instruments_csv)
 
@@ -46,39 +41,6 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 @torch.no_grad()
-def evaluate(agent: RecurrentActorCritic, env_config: EnvConfig, seeds: list[int], greedy: bool = True,
-             data: Optional[MarketData] = None, device: torch.device | str = "cpu") -> EpisodeTotals:
-    """Play one episode per seed (all in parallel) and return the episode sums.
-
-    ``greedy`` takes the most likely action; otherwise actions are sampled from a
-    generator seeded by ``seeds[0]``, so the result is reproducible either way.
-    """
-    env = VectorTradingEnv(len(seeds), env_config, data=data)
-    obs, _ = env.reset(seed=list(seeds))  # [N, D]
-    state = agent.initial_state(len(seeds), device)
-    starts = torch.ones(len(seeds), device=device)
-    done = torch.zeros(len(seeds), dtype=torch.bool)
-    generator = torch.Generator(device).manual_seed(seeds[0])
-    totals = EpisodeTotals()
-    while not bool(done.all()):
-        logits, _, state = agent(torch.as_tensor(obs, device=device)[None], state, starts[None])
-        if greedy:
-            actions = logits[0].argmax(-1)
-        else:
-            actions = torch.multinomial(logits[0].softmax(-1), 1, generator=generator).squeeze(-1)
-        obs, _, terminated, truncated, info = env.step(actions.cpu().numpy())
-        finished = torch.as_tensor(terminated | truncated)
-        if "_episode" in info:
-            first = np.flatnonzero((finished & ~done).numpy())  # count each env's first episode only
-            totals.add(EpisodeTotals.of_records(episode_records(info["episode"], first).tolist()))
-        done |= finished
-        starts = finished.float().to(device)
-    return totals
-
-
-# ----------------------------------------------------------------------------- the command line
-
-
 def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog=prog or "python -m ppo_lstm.evaluate",
@@ -148,15 +110,6 @@ def check_args(args: argparse.Namespace) -> None:
             raise UsageError(f"cannot write --{flag.replace('_', '-')} {path}: no directory {path.parent}")
         if path is not None and path.is_dir():
             raise UsageError(f"--{flag.replace('_', '-')} {path} is a directory; name a file")
-
-
-def policy_device(name: str) -> torch.device:
-    """The device ``--device name`` runs the policy on (checked by :func:`resolve_device`); on a
-    GPU with the numerics training ran with: IEEE float32 in cuDNN's LSTM, deterministic kernels."""
-    device = torch.device(resolve_device(name, cpu_hint=""))
-    if device.type == "cuda":
-        configure_numerics(deterministic=True)
-    return device
 
 
 def _plain(text: str) -> str:

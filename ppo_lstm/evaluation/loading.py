@@ -14,6 +14,8 @@ import torch
 
 from ..algo.agent import RecurrentActorCritic
 from ..config.schema import TrainConfig
+from ..distributed.cuda import configure_numerics
+from ..distributed.devices import resolve_device
 from ..errors import UsageError, one_line
 from ..train.build import model_flags
 from ..rundir.checkpoint import BEST_NAME, LATEST_NAME, CheckpointDir, CheckpointError, load_checkpoint
@@ -94,3 +96,12 @@ def mark_training_bars(result: BacktestResult, trained_on: Optional[list[dict]],
     result.training_bars = sample.training
     result.training_period = sample.training_period
     return result
+
+
+def policy_device(name: str) -> torch.device:
+    """The device ``--device name`` runs the policy on (checked by :func:`resolve_device`); on a
+    GPU with the numerics training ran with: IEEE float32 in cuDNN's LSTM, deterministic kernels."""
+    device = torch.device(resolve_device(name, cpu_hint=""))
+    if device.type == "cuda":
+        configure_numerics(deterministic=True)
+    return device

@@ -75,7 +75,7 @@ def policy_factory(args: argparse.Namespace) -> Callable[[], TradingPolicy]:
         spec = step.spec
     else:
         from ..deploy.torch_step import checkpoint_step
-        from ..evaluation.cli import policy_device
+        from ..evaluation.loading import policy_device
 
         spec, step = checkpoint_step(args.checkpoint, policy_device(args.device))
     env = with_costs(spec.env, args.fee_bps, args.slippage_bps)

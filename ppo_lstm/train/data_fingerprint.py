@@ -29,7 +29,7 @@ from envs.data.instruments import instrument_name
 from ..config.schema import TrainConfig
 from ..errors import UsageError
 from ..evaluation.backtest import iso_stamp
-from .holdout import DataSplit
+from ..data_split import DataSplit
 
 if TYPE_CHECKING:
     from envs.data import MarketData

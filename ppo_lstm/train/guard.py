@@ -15,7 +15,7 @@ from torch import Tensor
 
 from ..algo.agent import RecurrentActorCritic, sequence_boundaries
 from ..algo.buffer import RolloutBatch
-from ..algo.shares import share
+from ..config.plan import share
 from ..algo.rollout import NON_FINITE_ADVICE
 from ..distributed import Comm
 from ..errors import TrainingError

@@ -33,7 +33,8 @@ from ..distributed import Worker, parameters_in_sync, trades_history
 from ..distributed.cuda import require_bf16
 from .data_fingerprint import check_resume_data, data_fingerprint
 from .guard import UpdateGuard, outputs_finite
-from .holdout import DataSplit, Holdout, HoldoutResult, holdout_columns, holdout_line, holdout_score, load_training_data
+from ..data_split import DataSplit, load_training_data
+from .holdout import Holdout, HoldoutResult, holdout_columns, holdout_line, holdout_score
 from .messages import metrics_row, startup_lines, summary_lines
 from ..algo.episodes import EpisodeTotals
 from ..rundir.logger import NullLogger, RunLogger, format_episode_line

@@ -95,7 +95,7 @@ def _check_holdout(base: Any) -> tuple[float, Optional[str]]:
     from envs.data.calendar import basket_bars_per_year
 
     from ..evaluation.backtest import SIMULATED_PERIODS_PER_YEAR
-    from ..train.holdout import load_training_data
+    from ..data_split import load_training_data
     from ..walkforward.tuned_span import span_text
 
     if base.holdout <= 0 or (base.data is None and base.holdout_episodes <= 0):

@@ -29,7 +29,8 @@ import torch
 from ..evaluation.loading import load_policy
 from ..rundir.checkpoint import BEST_NAME
 from ..stats.alpha import alpha_sharpe
-from ..train.holdout import Holdout, HoldoutResult, InstrumentsResult, load_training_data
+from ..data_split import load_training_data
+from ..train.holdout import Holdout, HoldoutResult, InstrumentsResult
 from ..evaluation.backtest import BacktestResult
 from ..walkforward.results import on_starting_capital
 from ..walkforward.trading import returns_of

@@ -22,11 +22,11 @@ from envs.data.calendar import basket_bars_per_year
 from envs.data.instruments import data_paths, instrument_name, load_instruments
 
 from ..config.resolve import resolve_config
-from ..config.command_line import settings_of
+from ..config.command_line import flag_settings
 from ..config.schema import TrainConfig
 from ..config.files import dump_settings
 from ..errors import EXIT_USAGE, UsageError
-from ..train.holdout import split_instruments
+from ..data_split import split_instruments
 from .config import WalkForwardConfig, build_parser, parse_command_line, validate
 from .agreement import ensemble_agreement
 from .costs import cost_sensitivity
@@ -143,7 +143,7 @@ def report(wf: WalkForwardConfig, train: TrainConfig, p: Plan, command: str,
 
 
 def print_config(wf: WalkForwardConfig, train: TrainConfig) -> None:
-    values = {name: value for name, (_, value) in settings_of(train).items()}
+    values = {name: value for name, (_, value) in flag_settings(train).items()}
     values.update({"wf." + f.name: getattr(wf, f.name) for f in dataclasses.fields(wf)})
     header = ("Resolved walk-forward settings; run with: --config FILE",)
     sys.stdout.write(dump_settings(build_parser(), values, header))

@@ -26,7 +26,7 @@ from envs.data.instruments import instrument_name
 
 from ..algo.agent import RecurrentActorCritic
 from ..evaluation.backtest import BacktestResult, backtest_history
-from ..evaluation.cli import load_policy
+from ..evaluation.loading import load_policy
 from ..rundir.checkpoint import BEST_NAME, CheckpointDir, atomic_write_bytes
 from .folds import Fold
 from .jobs import DONE_NAME, Job

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from ppo_lstm.config.plan import BASE_RATES, BatchPlan, DEFAULT_RATE_CAP, SAVED_RATE_CAP, describe_batch, learning_rates, minibatches, rate_scale, rule_minibatches, rule_steps, steps_per_env, update_batch
-from ppo_lstm.algo.shares import shares as sequence_shares
+from ppo_lstm.config.plan import shares as sequence_shares
 from ppo_lstm.config.checks import validate
 from ppo_lstm.config.migrate import migrate_settings
 from ppo_lstm.config.command_line import parse_command_line

@@ -20,13 +20,14 @@ from envs.ema_deviation import EmaLevels, ema_deviations
 from envs.observation import rolling_rms
 from ppo_lstm import TradingPolicy
 from ppo_lstm.algo.agent import RecurrentActorCritic
+from ppo_lstm.config.migrate import migrate_settings
 from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.deploy.spec import PolicySpec
 from ppo_lstm.deploy.torch_step import TorchStep, checkpoint_fingerprint
 from ppo_lstm.deploy.state import seal
 from ppo_lstm.errors import UsageError
 from ppo_lstm.evaluation.backtest import backtest_history
-from ppo_lstm.evaluation.cli import load_policy
+from ppo_lstm.evaluation.loading import load_policy
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +165,8 @@ def test_a_policy_without_spans_keeps_its_fingerprint_and_older_states() -> None
     assert checkpoint_fingerprint(agent, config) == "a3116edebc8189f337b3ab14fdd7c9a073481658353302414daf64001946ef80"
     # a checkpoint's config saved before --ema-spans and --feature-window existed reads as no spans
     older = {k: v for k, v in config.env.__dict__.items() if k not in ("ema_spans", "feature_window")}
-    read = TrainConfig.from_dict({"env": older, "hidden_size": 8, "lstm_size": 8})
+    saved = {k: v for k, v in config.to_dict().items() if k != "batch_rule"}
+    read = TrainConfig.from_dict(migrate_settings({**saved, "env": older}, 1, "a format-1 checkpoint"))
     assert read.env == dataclasses.replace(config.env, ema_spans=None)
     assert checkpoint_fingerprint(agent, read) == checkpoint_fingerprint(agent, config)
     spanned = dataclasses.replace(config, env=dataclasses.replace(config.env, ema_spans="5"))

@@ -19,13 +19,13 @@ from envs.config import EnvConfig
 from envs.data import load_ohlcv
 from envs.data.features import FEATURE_WINDOW, feature_zscores
 from ppo_lstm import TradingPolicy
-from ppo_lstm.config.migrate import as_this_version
+from ppo_lstm.config.migrate import migrate_env
 from ppo_lstm.deploy import export_onnx
 from ppo_lstm.deploy.spec import env_settings
 from ppo_lstm.deploy.state import seal
 from ppo_lstm.errors import UsageError
 from ppo_lstm.evaluation.backtest import backtest_history
-from ppo_lstm.evaluation.cli import load_policy
+from ppo_lstm.evaluation.loading import load_policy
 from test_policy import data_head, stream_featured
 
 WINDOW = 24  # the run's --feature-window: shorter than the file's 230 defined bars, so it matters
@@ -113,5 +113,5 @@ def test_the_window_is_recorded_only_where_it_was_after_the_flag_existed() -> No
     assert env_settings(featured)["feature_window"] == FEATURE_WINDOW == 1024
     assert "feature_window" not in env_settings(dataclasses.replace(featured, feature_window=256))
     recorded = env_settings(dataclasses.replace(featured, feature_window=256))
-    assert as_this_version({"env": recorded})["env"]["feature_window"] == 256
-    assert as_this_version({"env": env_settings(EnvConfig())})["env"]["feature_window"] == FEATURE_WINDOW
+    assert migrate_env(recorded, 1, "a format-1 model")["feature_window"] == 256
+    assert migrate_env(env_settings(EnvConfig()), 1, "a format-1 model")["feature_window"] == FEATURE_WINDOW

@@ -22,7 +22,7 @@ from ppo_lstm import TradingPolicy  # noqa: E402
 from ppo_lstm.deploy import export_onnx  # noqa: E402
 from ppo_lstm.deploy import predict  # noqa: E402
 from ppo_lstm.evaluation.backtest import backtest_history  # noqa: E402
-from ppo_lstm.evaluation.cli import load_policy  # noqa: E402
+from ppo_lstm.evaluation.loading import load_policy  # noqa: E402
 from ppo_lstm.deploy.onnx_model import OnnxStep, spec_of  # noqa: E402
 from ppo_lstm.deploy.torch_step import checkpoint_fingerprint  # noqa: E402
 

@@ -22,7 +22,7 @@ from ppo_lstm import TradingPolicy
 from ppo_lstm.algo.agent import RecurrentActorCritic
 from ppo_lstm.evaluation.backtest import backtest_history
 from ppo_lstm.errors import UsageError
-from ppo_lstm.evaluation.cli import load_policy
+from ppo_lstm.evaluation.loading import load_policy
 from ppo_lstm.deploy.policy import Decision
 
 

@@ -19,9 +19,8 @@ pytest.importorskip("onnx")
 
 from conftest import ROOT, env_for_child  # noqa: E402
 from deploy_fixtures import featured_run  # noqa: E402
-from ppo_lstm.config.migrate import as_this_version  # noqa: E402
+from ppo_lstm.config.migrate import migrate_env, settings_v1_to_v2  # noqa: E402
 from ppo_lstm.deploy import export_onnx  # noqa: E402
-from ppo_lstm.deploy.saved_env import env_as_this_version  # noqa: E402
 
 CHILD = r"""
 import csv, json, sys
@@ -98,4 +97,5 @@ def test_the_onnx_route_imports_no_torch_nor_pandas(onnx_run: tuple[Path, Path],
     {"features": "rsi"}, {"ema_spans": "5,40"}, {"ema_spans": None, "features": None}, "not a dict",
 ])
 def test_the_torch_free_reading_of_saved_env_settings_is_the_configs(env: object) -> None:
-    assert env_as_this_version(env) == as_this_version({"env": env})["env"]
+    """An ONNX model's env (format 1, as env_settings recorded it) reads as a checkpoint's would."""
+    assert migrate_env(env, None, "a model") == settings_v1_to_v2({"env": env})["env"]

@@ -21,7 +21,7 @@ from conftest import ROOT, load_state
 from envs.config import EnvConfig
 from ppo_lstm.algo.buffer import RolloutBatch
 from ppo_lstm.algo.ppo import PPOSettings, ppo_update
-from ppo_lstm.algo.shares import share
+from ppo_lstm.config.plan import share
 from ppo_lstm.algo.rollout import RolloutCollector
 from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import LocalComm

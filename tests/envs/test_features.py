@@ -17,7 +17,7 @@ from envs.data.features import (FEATURE_CLIP, FeatureNormaliser, feature_zscores
 from envs.vector import VectorTradingEnv
 from ppo_lstm.evaluation.backtest import backtest_history
 from ppo_lstm.rundir.checkpoint import from_safe
-from ppo_lstm.evaluation.cli import load_policy
+from ppo_lstm.evaluation.loading import load_policy
 
 WINDOW, LENGTH = 8, 16  # TINY's
 

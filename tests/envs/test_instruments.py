@@ -18,7 +18,7 @@ from envs.vector import VectorTradingEnv
 from ppo_lstm.rundir.checkpoint import from_safe
 from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.errors import UsageError
-from ppo_lstm.train.holdout import split_instruments
+from ppo_lstm.data_split import split_instruments
 
 WINDOW, LENGTH = 8, 16  # TINY's
 # (bars, first stamp, bar spacing, price scale): mixed lengths, dates, frequencies and price levels

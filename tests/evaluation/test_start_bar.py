@@ -11,7 +11,7 @@ import pytest
 
 from envs.data import MarketData
 from ppo_lstm.evaluation.backtest import backtest_history
-from ppo_lstm.evaluation.cli import mark_training_bars
+from ppo_lstm.evaluation.loading import mark_training_bars
 from ppo_lstm.evaluation.report import equity_frame, format_table, report_dict
 
 from test_backtest import CFG, sharp_agent, walk

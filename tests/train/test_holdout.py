@@ -24,7 +24,8 @@ from envs.data import load_ohlcv
 from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import LocalComm, Worker
 from ppo_lstm.errors import UsageError
-from ppo_lstm.train.holdout import DataSplit, Holdout, split_data
+from ppo_lstm.data_split import DataSplit, split_data
+from ppo_lstm.train.holdout import Holdout
 from ppo_lstm.rundir.logger import HOLDOUT_COLUMNS, METRIC_COLUMNS, UPDATE_COLUMNS, upgrade_metrics_header
 from ppo_lstm.train.shutdown import StopRequest
 from ppo_lstm.train.trainer import Trainer
@@ -213,7 +214,7 @@ def test_the_holdout_backtest_touches_no_global_rng(tmp_path):
     for data in (None, str(tmp_path / "p.csv")):
         config = tiny_config(tmp_path, data=data)
         loaded = load_ohlcv(data) if data else None
-        holdout = Holdout.of(config, loaded, split_data(loaded, config) if loaded else None)
+        holdout = Holdout.of(config, [loaded] if loaded else None, [split_data(loaded, config)] if loaded else None)
         agent = Trainer(config, Worker(LocalComm(), 0, torch.device("cpu")), None, StopRequest()).agent
         before = (torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate())
         holdout.run(agent, torch.device("cpu"))

@@ -20,7 +20,8 @@ from ppo_lstm.config.plan import BatchPlan
 from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.evaluation.cli import build_parser
 from ppo_lstm.rundir.checkpoint import BEST_NAME
-from ppo_lstm.train.holdout import Holdout, holdout_columns, holdout_line, holdout_score, split_instruments
+from ppo_lstm.data_split import split_instruments
+from ppo_lstm.train.holdout import Holdout, holdout_columns, holdout_line, holdout_score
 from ppo_lstm.train.messages import startup_lines, summary_lines
 from ppo_lstm.train.run_state import RunState
 
@@ -66,7 +67,7 @@ def test_a_daily_bar_of_the_cut_day_is_not_trained_on_beside_hourly_bars(tmp_pat
 
 
 def test_bar_ends_skip_gaps(tmp_path: Path) -> None:
-    from ppo_lstm.train.holdout import bar_ends
+    from ppo_lstm.data_split import bar_ends
 
     days = pd.bdate_range("2024-01-01", periods=7).values  # Mon..Fri, Mon, Tue
     ends = pd.DatetimeIndex(bar_ends(days))

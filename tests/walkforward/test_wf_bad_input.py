@@ -140,3 +140,12 @@ def test_a_walk_forward_saved_before_ema_spans_resumes_without_the_entry(data: P
     assert code == 2 and "other settings (batch-rule 2 -> 3, ema-spans None -> 500)" in line, line
     again = parse_command_line([*args, "--ema-spans", "none", "--batch-rule", "2"])
     check_or_write(out, again.wf, again.train, [str(data)])  # the same settings: no error
+
+
+def test_print_config_prints_the_walk_forward_and_training_settings(data: Path, tmp_path: Path, capsys) -> None:
+    code = main(["--data", str(data), "--out", str(tmp_path / "out"), "--folds", "2", "--test-size", "20", *SMALL,
+                 "--print-config"])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "num-envs: 2" in text and "update-interval: 32" in text and "folds: 2" in text
+    assert not (tmp_path / "out").exists()  # printed, nothing started
