@@ -26,10 +26,12 @@ a few spans of bars have passed (the weight of the start decays as ``a^bars``).
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 
 EMA_CLIP = 5.0  # z is clipped to +-this, as the returns are
+START_WEIGHT = 0.01  # a live feed's EMA reads as the file's once its start weighs at most this
 MIN_SPAN, MAX_SPAN = 2, 100_000
 DEFAULT_EMA_SPANS = "500"  # --ema-spans by default: one deviation, from the EMA(500) (docs/environments.md)
 NO_SPANS = ("", "none")  # --ema-spans none (or ""): no EMA deviations
@@ -52,6 +54,27 @@ def parse_ema_spans(text: str | None) -> tuple[int, ...]:
             raise ValueError(f"--ema-spans {text!r} gives the span {span} twice; give each span once")
         spans.append(span)
     return tuple(spans)
+
+
+def settled_bars(span: int, weight: float = START_WEIGHT) -> int:
+    """The bars after which an EMA of ``span`` that started at its first bar weighs that start
+    ``a^bars`` <= ``weight``, so it reads as one that started much earlier (to about ``weight``
+    of the distance between the two starts)."""
+    a = 1.0 - 2.0 / (span + 1.0)
+    return math.ceil(math.log(weight) / math.log(a)) if a > 0.0 else 1
+
+
+def short_history(spans: tuple[int, ...], bars: int) -> Optional[str]:
+    """Why ``bars`` bars are too few for the EMAs of ``spans`` to read as on the whole file
+    (their start still weighs more than :data:`START_WEIGHT`); None when they are enough."""
+    short = [n for n in spans if bars < settled_bars(n)]
+    if not short:
+        return None
+    span = max(short)
+    a = 1.0 - 2.0 / (span + 1.0)
+    return (f"the history has {bars} bars, fewer than the {settled_bars(span)} an EMA of span {span} (--ema-spans) "
+            f"needs to forget where it started (its start still weighs {a ** bars:.0%}), so its deviation is not "
+            f"yet what a backtest on the whole file reads; warm up on at least {settled_bars(span)} bars")
 
 
 def ema_weights(spans: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

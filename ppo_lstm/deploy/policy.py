@@ -62,6 +62,7 @@ the network step), ``bars.py`` (checking the bars and feature values fed in),
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -70,6 +71,7 @@ import numpy as np
 
 from envs.config import EnvConfig
 from envs.data.market_data import MarketData
+from envs.ema_deviation import short_history
 from envs.observation import Observer
 
 from ..errors import UsageError, one_line
@@ -105,6 +107,10 @@ def __getattr__(name: str) -> Any:
 
         return getattr(torch_step, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class ShortHistoryWarning(UserWarning):
+    """A warm-up history too short for the policy's EMAs to read as a backtest on the whole file does."""
 
 
 class TradingPolicy(StreamReadouts):
@@ -178,6 +184,7 @@ class TradingPolicy(StreamReadouts):
         self._h = self._c = np.zeros((1, self.spec.lstm_size), np.float32)
         self._decision: Optional[Decision] = None
         self._opened_ns: Optional[int] = None
+        self.warm_up_warning: Optional[str] = None  # set by warm_up
 
     def begin(self, start: Optional[str] = None) -> None:
         """Set ``start`` (a date, as ``--start``) before the first bar; None: decide from the first bar on."""
@@ -192,12 +199,18 @@ class TradingPolicy(StreamReadouts):
 
         Returns the decision for the bar after the last one (None: no bar at or after
         ``start``, fewer than ``window + 1`` bars in all, or a feature column not defined
-        yet). Resets the stream first.
+        yet). Resets the stream first. A history too short for the ``--ema-spans`` EMAs to
+        forget where they started (``envs.ema_deviation.settled_bars``) is warned of with a
+        :class:`ShortHistoryWarning`, whose text :attr:`warm_up_warning` keeps.
         """
         data = as_market_data(source, date_format, self.spec.features)
         self.reset()
         self.begin(start)
-        return self.feed(data)
+        decision = self.feed(data)
+        self.warm_up_warning = short_history(self.spec.ema_spans, len(data))
+        if self.warm_up_warning is not None:
+            warnings.warn(self.warm_up_warning, ShortHistoryWarning, stacklevel=2)
+        return decision
 
     def feed(self, data: MarketData, first: int = 0) -> Optional[Decision]:
         """Consume ``data``'s bars ``first..`` in order (bars the loader has validated; with

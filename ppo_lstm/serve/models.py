@@ -120,6 +120,8 @@ class SessionOut(BaseModel):
     start: Optional[str] = Field(description="the --start the session was opened with")
     features: list[str] = Field(description="the feature columns each bar carries")
     allowed_gap_seconds: Optional[float] = Field(description="the widest gap between two bars of the history")
+    warm_up_warning: Optional[str] = Field(None, description="set when the history was too short for the policy's "
+                                                             "EMAs to read as a backtest on the whole file does")
     last: DecisionAnswer
 
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import warnings
 from typing import Any, Callable, Optional
 
 import numpy as np
 
 from ..deploy.bars import bar_time_ns, check_start, feature_row
-from ..deploy.policy import TradingPolicy
+from ..deploy.policy import ShortHistoryWarning, TradingPolicy
 from ..deploy.predict import too_few
 from ..deploy.state import bar_records, read_state_file, sealed_file
 from ..deploy.times import iso as _iso
@@ -52,10 +53,13 @@ class Session:
         spec = policy.spec
         data = history_data(request.bars, spec.features)
         check_start(data, request.start)  # a bar at or after start, as predict requires
-        if policy.warm_up(data, request.start) is None:
-            raise too_few(policy, "the history", policy.bars)
+        with warnings.catch_warnings():  # the answer says it (warm_up_warning)
+            warnings.simplefilter("ignore", ShortHistoryWarning)
+            if policy.warm_up(data, request.start) is None:
+                raise too_few(policy, "the history", policy.bars)
         prev = chain_before_last(data, spec.features, policy.env.features)
-        entry = {"name": name, "prev_digest": prev.hex(), "max_gap_ns": widest_gap_ns(data), "gap": None}
+        entry = {"name": name, "prev_digest": prev.hex(), "max_gap_ns": widest_gap_ns(data), "gap": None,
+                 "warm_up_warning": policy.warm_up_warning}
         session = cls(name, policy, files, entry)
         session._save()
         return session
@@ -174,5 +178,6 @@ class Session:
         return {"session": self.name, "route": policy.spec.backend, "fingerprint": policy.spec.fingerprint,
                 "bars": policy.bars, "start": None if policy.start is None else _iso(policy.start),
                 "features": list(policy.spec.features),
-                "allowed_gap_seconds": None if allowed is None else allowed / 1e9, "last": self.answer()}
+                "allowed_gap_seconds": None if allowed is None else allowed / 1e9,
+                "warm_up_warning": self.entry.get("warm_up_warning"), "last": self.answer()}
 

@@ -71,3 +71,32 @@ def test_flag_sets_and_the_distribution():
         parse_flag_sets(["--feature-window 256"])
     d = distribution([float(x) for x in range(1, 11)])
     assert d["median"] == 5.5 and math.isclose(d["worst_decile"], 1.9) and d["worst"] == 1.0
+
+
+def test_variants_by_name_keep_the_family_order_and_refuse_a_held_out_name_in_the_tuning_split():
+    from bench.market_family import pick_named
+    family = draw_family()
+    assert [v.name for v in pick_named(family, "signal-04, signal-02", "tuning")] == ["signal-02", "signal-04"]
+    with pytest.raises(ValueError, match="held-out"):
+        pick_named(family, "signal-02,signal-03", "tuning")
+    assert [v.name for v in pick_named(family, "signal-03", "held-out")] == ["signal-03"]
+    with pytest.raises(ValueError, match="unknown"):
+        pick_named(family, "signal-99", "all")
+
+
+def test_a_flag_sets_budget_comes_after_the_benchs_and_wins():
+    from bench.family_jobs import _parse
+    config = _parse(["--data", "x.csv", "--train-for", "30s", "--train-for", "60s"])
+    assert "60" in str(config.train_for) and "30" not in str(config.train_for)
+
+
+def test_position_against_the_column():
+    import numpy as np
+    from bench.family_jobs import position_vs_column
+    column = np.array([1.0, -2.0, 0.5, -0.1])
+    follows = position_vs_column(np.sign(column), column)
+    assert follows["exposure"] == 1.0 and follows["sign_agree"] == 1.0 and follows["corr"] > 0.7
+    flat = position_vs_column(np.zeros(4), column)
+    assert flat["exposure"] == 0.0 and flat["corr"] == 0.0 and math.isnan(flat["sign_agree"])
+    against = position_vs_column(np.array([-1.0, 1.0, 0.0, 0.0]), column)
+    assert against["exposure"] == 0.5 and against["sign_agree"] == 0.0 and against["corr"] < 0

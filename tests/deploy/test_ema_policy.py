@@ -188,3 +188,35 @@ def test_a_policy_without_spans_keeps_its_fingerprint_and_older_states() -> None
     rest = [resumed.update(data.timestamps[i], data.open[i], data.high[i], data.low[i], data.close[i])
             for i in range(40, 60)]
     assert rest == whole[-20:]
+
+
+def test_settled_bars_is_when_a_late_started_ema_reads_as_one_started_at_the_first_bar() -> None:
+    """Two EMAs of one path, one from bar 0 and one from bar 300: settled_bars after the later start they
+    differ by at most START_WEIGHT of their difference at that start, and one bar earlier by more."""
+    from envs.ema_deviation import START_WEIGHT, settled_bars
+    log_close = np.cumsum(np.random.default_rng(4).standard_normal(5000) * 0.01)
+    for span in (5, 40, 500):
+        need = settled_bars(span)
+        early, late = EmaLevels((span,), log_close[:1]), EmaLevels((span,), log_close[300:301])
+        for x in log_close[:300]:
+            early.push(x)
+        start = abs(float(early.level[0, 0] - late.level[0, 0]))
+        gaps = [abs(float(early.push(x)[0, 0] - late.push(x)[0, 0])) for x in log_close[300:300 + need]]
+        assert start > 0 and gaps[-1] <= START_WEIGHT * start * (1 + 1e-9) < gaps[-2], span
+
+
+def test_a_warm_up_too_short_for_the_emas_is_warned_of(tmp_path: Path) -> None:
+    env = EnvConfig(window=4, episode_length=16, ema_spans="5,40")
+    rng = np.random.default_rng(3)
+    close = np.round(50.0 * np.exp(np.cumsum(0.01 * rng.standard_normal(400))), 2)
+    data = MarketData(source="walk", timestamps=pd.date_range("2024-01-01", periods=400).to_numpy(), open=close,
+                      high=close, low=close, close=close, volume=np.zeros(400), bar_seconds=86400.0)
+    policy = untrained(env)
+    with pytest.warns(UserWarning, match=r"the history has 60 bars, fewer than the 93 an EMA of span 40"):
+        policy.warm_up(head(data, 60))
+    assert policy.warm_up_warning is not None and "warm up on at least 93 bars" in policy.warm_up_warning
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning at all
+        policy.warm_up(head(data, 93))
+    assert policy.warm_up_warning is None

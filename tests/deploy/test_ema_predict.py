@@ -108,3 +108,16 @@ def test_ema_onnx_policy_takes_the_checkpoints_decisions(ema: Path, exported: tu
         incremental.pop("new_bars"), scratch.pop("new_bars")
         assert incremental == scratch and scratch["target_position"] == onnx_route[rows - 1 - W].target_position
     assert scratch["logits"] == list(onnx_route[-1].logits)
+
+
+def test_predict_warns_in_one_line_of_a_history_too_short_for_the_emas(ema: Path, capsys: pytest.CaptureFixture,
+                                                                        tmp_path: Path) -> None:
+    short, enough = write_head(ema / "prices.csv", tmp_path / "short.csv", 60), \
+        write_head(ema / "prices.csv", tmp_path / "enough.csv", 93)
+    code, out, err = call(capsys, "--checkpoint", ema / "checkpoints", "--data", short)
+    assert code == 0 and out
+    assert err.splitlines() == ["warning: the history has 60 bars, fewer than the 93 an EMA of span 40 (--ema-spans) "
+                                "needs to forget where it started (its start still weighs 5%), so its deviation is "
+                                "not yet what a backtest on the whole file reads; warm up on at least 93 bars"], err
+    code, out, err = call(capsys, "--checkpoint", ema / "checkpoints", "--data", enough)
+    assert code == 0 and out and "warning" not in err

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import env_for_child
 from deploy_fixtures import featured_run, write_head
+from predict_checks import without_warm_up_warning
 from ppo_lstm import TradingPolicy
 from ppo_lstm.deploy import predict, state as state_module
 from ppo_lstm.errors import UsageError
@@ -63,7 +64,7 @@ def test_an_edited_derived_state_is_refused(run: Path, capsys: pytest.CaptureFix
         assert json.loads(state.read_text()) == {**original, **edit}  # left as it was
     state.write_bytes(saved)
     code, out, err = call(capsys, *args)
-    assert code == 0 and err == "" and json.loads(out)["new_bars"] == 160
+    assert code == 0 and without_warm_up_warning(err) == "" and json.loads(out)["new_bars"] == 160
     # the same check in memory
     policy = TradingPolicy.load(run / "checkpoints")
     with pytest.raises(UsageError, match="state_digest"):
@@ -143,7 +144,7 @@ def test_a_second_call_on_one_state_waits_then_is_refused(run: Path, capsys: pyt
         code, out, err = call(capsys, *args)
     finally:
         child.wait()
-    assert code == 0 and err == "" and json.loads(out)["new_bars"] == 160
+    assert code == 0 and without_warm_up_warning(err) == "" and json.loads(out)["new_bars"] == 160
     assert not (tmp_path / "state.json.lock").exists()  # removed by the call that held it last
 
 
@@ -169,6 +170,6 @@ def test_a_state_sealed_as_it_is_written_out_is_predicts_and_keeps_its_seal(run:
     assert sealed == policy.state_dict({"mine": {"n": 1}}) and json.loads(data) == sealed
     state.write_bytes(data)
     code, out, err = call(capsys, *args)
-    assert code == 0 and err == "" and json.loads(out)["new_bars"] == 160
+    assert code == 0 and without_warm_up_warning(err) == "" and json.loads(out)["new_bars"] == 160
     state.write_bytes(data.replace(b'"bust":false', b'"bust":true'))
     one_error(capsys, *args, match="its contents do not match its 'state_digest'")

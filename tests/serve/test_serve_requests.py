@@ -159,6 +159,9 @@ def test_a_reported_fill_is_booked_as_predict_books_it(server: Server, model: Pa
 def test_a_gap_wider_than_the_history_is_reported(server: Server, bodies: list[dict[str, Any]]) -> None:
     opened = open_session(server, "gap", bodies)
     assert opened["allowed_gap_seconds"] == 3 * 86400.0  # weekends: the widest gap of business days
+    # 100 bars are too few for the model's EMA(500) to forget its start: the session says so, and keeps saying it
+    assert "the history has 100 bars, fewer than the 1152 an EMA of span 500" in opened["warm_up_warning"]
+    assert server.client.get("/sessions/gap").json()["warm_up_warning"] == opened["warm_up_warning"]
     late = {**bodies[HISTORY], "time": "2021-07-01"}  # the history ends on 2021-05-20
     answer = server.client.post("/sessions/gap/bars", json=late).json()
     assert answer["gap"]["seconds"] == 42 * 86400.0 and answer["gap"]["allowed_seconds"] == 3 * 86400.0
