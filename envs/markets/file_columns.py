@@ -4,6 +4,12 @@ returns, the feature columns' z-scores and the EMA deviations of its bars ``0..h
 Every market built on the same :class:`~envs.data.MarketData` object with the same
 settings (each hold-out backtest of a run, each walk-forward trade of a window) reads
 the same read-only arrays instead of recomputing them over the whole file.
+
+Every column is causal (a bar's value reads no later bar; the returns' from bar ``window``
+on), so the whole file is computed once per setting and a span ending at ``hi`` gets a copy of
+its first bars with zeros after them: a backtest of many episodes, each ending elsewhere,
+computes the file once, not once per episode. A span too short for the returns' first
+window (``hi <= window``) is computed on its own, as its early bars depend on ``hi``.
 """
 from __future__ import annotations
 
@@ -31,13 +37,42 @@ def file_columns(data: MarketData, hi: int, window: int, names: tuple[str, ...],
     normalised return (``window`` bars) at ``b - 1`` and zeros from ``hi - 1`` on; ``f`` ``[n, F]``
     float32, the ``names`` columns' z-scores over ``feature_window`` rows, then the deviations from
     the EMAs of ``spans``, zeros from ``hi`` on (None without either)."""
-    key = (hi, window, names, feature_window, spans)
     kept = _CACHE.setdefault(data, {})
+    key = (hi, window, names, feature_window, spans)
     if key not in kept:
-        if len(kept) >= _KEPT_PER_FILE:
-            kept.pop(next(iter(kept)))
-        kept[key] = _compute(data, *key)
+        n = len(data.close)
+        if hi <= window or hi >= n:  # its own span, or the whole file
+            value = _compute(data, *key)
+        else:
+            z_all, f_all = _kept(kept, (n, window, names, feature_window, spans), data)
+            value = _prefix(z_all, hi - 1), (None if f_all is None else _prefix(f_all, hi))
+        _keep(kept, key, value)
     return kept[key]
+
+
+def _kept(kept: dict[Key, tuple[np.ndarray, Optional[np.ndarray]]], key: Key, data: MarketData
+          ) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """The columns of ``key`` from ``kept``, computed and kept if missing."""
+    if key not in kept:
+        _keep(kept, key, _compute(data, *key))
+    return kept[key]
+
+
+def _keep(kept: dict[Key, tuple[np.ndarray, Optional[np.ndarray]]], key: Key,
+          value: tuple[np.ndarray, Optional[np.ndarray]]) -> None:
+    """Keep ``value`` under ``key``, dropping the oldest span's first (the whole file's last)."""
+    while len(kept) >= _KEPT_PER_FILE:
+        spans = [k for k in kept if k[0] != len(value[0])] or list(kept)
+        kept.pop(spans[0])
+    kept[key] = value
+
+
+def _prefix(full: np.ndarray, rows: int) -> np.ndarray:
+    """A read-only copy of ``full`` with its rows from ``rows`` on zeroed."""
+    out = np.zeros_like(full)
+    out[:rows] = full[:rows]
+    out.flags.writeable = False
+    return out
 
 
 def _compute(data: MarketData, hi: int, window: int, names: tuple[str, ...], feature_window: int,
