@@ -42,7 +42,7 @@ def score_episodes(agent: Any, env: Any, test_csv: str) -> dict[str, float]:
     """The agent's greedy score on every scored episode of the test file: mean net log
     return per bar (bps) and turnover (lots per 100 bars), each episode from flat."""
     data = load_ohlcv(test_csv, features=env.feature_names)
-    scores, turnovers = [], []
+    scores, turnovers, held, read = [], [], [], []
     for start, end in chunk_bounds():
         result = backtest_history(agent, env, data, start=start, end=end)
         if result.late_start or result.bars != end - start - 1:
@@ -50,7 +50,25 @@ def score_episodes(agent: Any, env: Any, test_csv: str) -> dict[str, float]:
         scored = score_backtest(result)
         scores.append(scored["bps_per_bar"])
         turnovers.append(scored["turnover"])
-    return {"bps_per_bar": float(np.mean(scores)), "turnover": float(np.mean(turnovers))}
+        if data.features is not None:  # position[t] is decided at bar start + t, on that bar's column
+            held.append(result.position.astype(np.float64))
+            read.append(np.asarray(data.features[start:start + result.bars, 0], np.float64))
+    out = {"bps_per_bar": float(np.mean(scores)), "turnover": float(np.mean(turnovers))}
+    if held:
+        out.update(position_vs_column(np.concatenate(held), np.concatenate(read)))
+    return out
+
+
+def position_vs_column(position: np.ndarray, column: np.ndarray) -> dict[str, float]:
+    """How a policy's positions follow a feature column (the signal kind's ``signal``):
+    ``exposure`` the share of bars in the market; ``sign_agree`` the share of those whose
+    position has the column's sign; ``corr`` the correlation of position and column (0 if
+    either is constant)."""
+    inside = position != 0
+    agree = float(np.mean(np.sign(position[inside]) == np.sign(column[inside]))) if inside.any() else float("nan")
+    constant = position.std() == 0 or column.std() == 0
+    corr = 0.0 if constant else float(np.corrcoef(position, column)[0, 1])
+    return {"exposure": float(inside.mean()), "sign_agree": agree, "corr": corr}
 
 
 def train_family(job: dict[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,12 @@ compared at what they do in the same time) or ``--episodes`` (equal episodes).
         --flags defaults="" --flags fw256="--feature-window 256"   # 27 min: bench/results/market_family.txt
     python bench/market_family.py --split held-out         # the test set: for checking a choice, never making it
     python bench/market_family.py --quick                  # smoke run: 1 variant per kind, 1 seed, 10 s
+    python bench/market_family.py --kinds signal --variants-list signal-02,signal-04 \
+        --flags defaults="" --flags x2="--train-for 120s"  # named variants; a set's own budget wins
+
+On the signal kind each run also reports how its positions follow the ``signal`` column on the
+test file (``family_jobs.position_vs_column``: exposure, sign agreement, correlation); the table
+prints the median correlation.
 
 Runs ``--jobs`` training processes at once (one torch thread each), the ceilings first.
 Prints a table, then ONE JSON line. Exits 1 if a training run failed (the others are reported).
@@ -93,7 +99,22 @@ def summarise(variants: list[dict[str, Any]], flag_sets: dict[str, list[str]]) -
         out[name]["all"] = distribution([r["share"] for _, r in runs])
         out[name]["mean_env_steps"] = float(np.mean([r["env_steps"] for _, r in runs])) if runs else None
         out[name]["mean_train_s"] = float(np.mean([r["wall_s"] for _, r in runs])) if runs else None
+        corr = [r["corr"] for _, r in runs if "corr" in r]  # the signal kind's: position against the column
+        out[name]["median_corr"] = float(np.median(corr)) if corr else None
     return out
+
+
+def pick_named(variants: list[Any], names: str, split: str) -> list[Any]:
+    """The variants named in the comma list ``names``, in the family's order; ValueError for an
+    unknown name or one outside ``split`` (a held-out name needs ``--split held-out`` or ``all``)."""
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    known = {v.name: v for v in variants}
+    for n in wanted:
+        if n not in known:
+            raise ValueError(f"unknown variant {n!r} (drawn: {', '.join(known)})")
+        if split not in ("all", known[n].split):
+            raise ValueError(f"{n} is {known[n].split}, not in --split {split}")
+    return [v for v in variants if v.name in wanted]
 
 
 def _f(x: Optional[float], spec: str) -> str:
@@ -113,15 +134,17 @@ def print_table(report: dict[str, Any]) -> None:
               f"{v['ceiling']['threshold_bps']:7.1f}  " + "  ".join(cells))
     print("\n(ceiling: the known-model rule's net bps per bar on the test episodes; band: its hysteresis band, "
           "bps of expected return, tuned on the training file; cells: each seed's share of the ceiling)\n")
-    print(f"{'flags':<24}{'kind':<8}{'runs':>5}{'median':>8}{'worst 10%':>10}{'worst':>7}{'steps':>10}{'train s':>8}")
+    print(f"{'flags':<24}{'kind':<8}{'runs':>5}{'median':>8}{'worst 10%':>10}{'worst':>7}{'steps':>10}{'train s':>8}"
+          f"{'corr':>7}")
     for n in names:
         s = report["summary"][n]
-        for kind in [k for k in s if k not in ("mean_env_steps", "mean_train_s")]:
+        for kind in [k for k in s if k not in ("mean_env_steps", "mean_train_s", "median_corr")]:
             d = s[kind]
             steps = _f(s["mean_env_steps"], "10.0f") if kind == "all" else " " * 10
             secs = _f(s["mean_train_s"], "8.1f") if kind == "all" else " " * 8
+            corr = _f(s.get("median_corr"), "7.2f") if kind == "signal" else ""
             print(f"{n[:23]:<24}{kind:<8}{d['runs']:5d}{_f(d['median'], '8.3f')}{_f(d['worst_decile'], '10.3f')}"
-                  f"{_f(d['worst'], '7.3f')}{steps}{secs}")
+                  f"{_f(d['worst'], '7.3f')}{steps}{secs}{corr}")
         print(f"{'':<24}flags: {' '.join(report['flag_sets'][n]) or '(none: the defaults)'}")
 
 
@@ -129,6 +152,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma list of {', '.join(KINDS)}")
     parser.add_argument("--variants", type=int, default=4, help="variants per kind: the first N of --split")
+    parser.add_argument("--variants-list", metavar="NAMES",
+                        help="comma list of variant names instead of the first --variants, e.g. signal-02,signal-04")
     parser.add_argument("--split", choices=("tuning", "held-out", "all"), default="tuning",
                         help="which variants: the tuning set, the held-out test set, or both")
     parser.add_argument("--seeds", type=int, default=3, help="training seeds per variant and flag set")
@@ -162,7 +187,12 @@ def main() -> None:
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
 
     start = time.perf_counter()
-    chosen = pick(draw_family(args.family_seed, VARIANTS_PER_KIND, kinds), args.split, args.variants)
+    family = draw_family(args.family_seed, VARIANTS_PER_KIND, kinds)
+    try:
+        chosen = (pick_named(family, args.variants_list, args.split) if args.variants_list
+                  else pick(family, args.split, args.variants))
+    except ValueError as err:
+        parser.error(str(err))
     tmp = tempfile.TemporaryDirectory()
     rows: list[dict[str, Any]] = []
     jobs: list[dict[str, Any]] = []
@@ -173,9 +203,10 @@ def main() -> None:
         print(f"{v.name} ({v.split}): {v.describe()}; ceiling {rule['bps_per_bar']:.3f} bps/bar "
               f"(band {rule['threshold_bps']:g} bps)", file=sys.stderr, flush=True)
         rows.append({**v.to_dict(), "describe": v.describe(), "ceiling": rule, "runs": {}})
-        for seed in seeds:  # flag sets side by side, so each pair trains beside the same load
+        for seed in seeds:  # flag sets side by side, so each pair trains beside the same load; a set's own
+            # --train-for or --episodes comes after the budget's and so overrides it (e.g. x2="--train-for 90s")
             jobs += [{"variant": v.name, "flags": name, "seed": seed, "train_csv": str(train_csv),
-                      "test_csv": str(test_csv), "argv": [*v.flags(), *extra, *budget_argv]}
+                      "test_csv": str(test_csv), "argv": [*v.flags(), *budget_argv, *extra]}
                      for name, extra in flag_sets.items()]
     ceilings_s = time.perf_counter() - start
     done: list[dict[str, Any]] = []
@@ -200,6 +231,7 @@ def main() -> None:
     report: dict[str, Any] = {
         "bench": "market_family", "family_seed": args.family_seed, "split": args.split,
         "held_out": [r["name"] for r in rows if r["split"] == "held-out"], "variants_per_kind": args.variants,
+        "variants_list": [r["name"] for r in rows] if args.variants_list else None,
         "seeds": seeds, "budget": {"train_for": args.train_for} if args.train_for else {"episodes": args.episodes},
         "flag_sets": flag_sets, "quick": args.quick, "variants": rows, "summary": summarise(rows, flag_sets),
         "ceilings_s": ceilings_s, "wall_s": time.perf_counter() - start}
