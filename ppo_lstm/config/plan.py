@@ -89,12 +89,9 @@ LATEST_RULE = max(RULES)
 
 
 def rule_steps(sequences: int, rule: int = LATEST_RULE) -> int:
-    """The rollout length T the rule gives S env ``sequences``: :data:`STEPS_PER_ENV`, but
-    :data:`SHORT_STEPS` from :data:`SHORT_FROM` to :data:`FULL_FROM` - 1 sequences, where 4
-    minibatches of 16-step sequences would each hold fewer than 8. There (2 workers of 8 envs,
-    or 16 envs) a batch of 16 steps, 256 transitions in 4 minibatches of 4 sequences, learned
-    less than one worker of 8 envs on the same env steps, and 8 steps, the batch of 128 in 2
-    minibatches of 8 sequences, learned as well as it (docs/batch_scaling.md, "Many workers")."""
+    """The rollout length T the rule gives S env ``sequences``: :data:`STEPS_PER_ENV`, but the
+    rule's ``short_steps`` from :data:`SHORT_FROM` to :data:`FULL_FROM` - 1 sequences, where 4
+    minibatches of 16-step sequences would each hold fewer than 8 (docs/batch_scaling.md)."""
     return RULES[rule].short_steps if SHORT_FROM <= sequences < FULL_FROM else STEPS_PER_ENV
 
 
@@ -117,12 +114,8 @@ def update_batch(config: BatchSettings, world_size: int = 1) -> int:
 def batch_rate_scale(batch: int, cap: float = DEFAULT_RATE_CAP, base: int = BASE_BATCH) -> float:
     """min(sqrt(batch / base), cap): how the default learning rates grow with the batch
     (``base``: :data:`BASE_BATCH`; :data:`BASE_MINIBATCH` for the transitions of a minibatch).
-
-    A batch k times larger gives k times fewer updates on the same env steps, each with
-    a gradient of less noise; Adam's rates then scale by sqrt(k), up to the cap: x4 (a
-    batch of 2,048) by default. At equal wall time on the CPU, x4 learned as well as or
-    better than x8 at batches of 8,192 and 65,536, and x8 lost the signal market at 8,192;
-    uncapped rates learned less on one GPU (evidence: docs/batch_scaling.md)."""
+    A batch k times larger gives k times fewer updates on the same env steps, each with a
+    gradient of less noise; Adam's rates then scale by sqrt(k), up to the cap (docs/batch_scaling.md)."""
     return min(math.sqrt(batch / base), cap)
 
 
@@ -135,9 +128,7 @@ def least_sequences(steps: int, rule: int = LATEST_RULE) -> int:
 def rule_minibatches(sequences: int, steps: int = STEPS_PER_ENV, rule: int = LATEST_RULE) -> int:
     """The minibatches the rule splits S env ``sequences`` of ``steps`` steps into: the most,
     up to :data:`MAX_MINIBATCHES`, that leave each :func:`least_sequences` (and, before
-    version 3, divide S); 1 where none does. At batch 128 (8 envs), 2 minibatches of 64
-    transitions at rates x sqrt(2) learned as well per second as 4 of 32 at x1
-    (docs/batch_scaling.md)."""
+    version 3, divide S); 1 where none does."""
     least, unequal = least_sequences(steps, rule), RULES[rule].unequal
     fits = [m for m in range(1, MAX_MINIBATCHES + 1) if (unequal or sequences % m == 0) and sequences // m >= least]
     return max(fits, default=1)

@@ -199,10 +199,8 @@ class TradingPolicy(StreamReadouts):
 
         Returns the decision for the bar after the last one (None: no bar at or after
         ``start``, fewer than ``window + 1`` bars in all, or a feature column not defined
-        yet). Resets the stream first. A history too short for the ``--ema-spans`` EMAs to
-        forget where they started (``envs.ema_deviation.settled_bars``) is warned of with a
-        :class:`ShortHistoryWarning`, whose text :attr:`warm_up_warning` keeps.
-        """
+        yet). Resets the stream first. A history too short for the EMAs to forget their start
+        is warned of (:class:`ShortHistoryWarning`; its text stays in :attr:`warm_up_warning`)."""
         data = as_market_data(source, date_format, self.spec.features)
         self.reset()
         self.begin(start)

@@ -89,6 +89,12 @@ def metrics_row(state: RunState, stats: UpdateStats, skipped: bool, optimizer: t
     }
 
 
+def phase_lines(ranks: list[tuple[Any, float]]) -> list[str]:
+    """Every rank's time by phase and the workers' peak memory (``ranks``: (shares, MiB) in rank order)."""
+    lines = [f"Time by phase (rank {rank}): {shares}" for rank, (shares, _) in enumerate(ranks)]
+    return lines + [f"Peak memory per worker: {' / '.join(f'{p:.0f}' for _, p in ranks)} MiB"]
+
+
 def summary_lines(config: TrainConfig, last: Optional[Path], holdout: Optional[Holdout],
                   best_holdout: Optional[dict[str, Any]]) -> list[str]:
     """Rank 0's end-of-run lines: where best.pt and the ``last`` checkpoint are, the best

@@ -35,7 +35,7 @@ from .data_fingerprint import check_resume_data, data_fingerprint
 from .guard import UpdateGuard, outputs_finite
 from ..data_split import DataSplit, load_training_data
 from .holdout import Holdout, HoldoutResult, holdout_columns, holdout_line, holdout_score
-from .messages import metrics_row, startup_lines, summary_lines
+from .messages import metrics_row, phase_lines, startup_lines, summary_lines
 from ..algo.episodes import EpisodeTotals
 from ..rundir.logger import NullLogger, RunLogger, format_episode_line
 from ..algo.ppo import PPOSettings, UpdateStats, ppo_update
@@ -48,6 +48,36 @@ from .timing import PhaseClock, peak_rss_mb
 
 if TYPE_CHECKING:
     from envs.data import MarketData
+
+def market_data(config: TrainConfig, rank: int) -> tuple[Optional[list[MarketData]], Optional[list[DataSplit]]]:
+    """Rank 0 (every rank with --data-all-ranks or --features) trades --data's training bars, of
+    every instrument, and their splits; the others simulate (None, None)."""
+    if not trades_history(config, rank):
+        return None, None
+    return load_training_data(config)
+
+
+def traded(data: Optional[list[MarketData]], split: Optional[list[DataSplit]]) -> tuple[Any, Any]:
+    """What the rollout's envs trade: (None, None) to simulate; one instrument and its training span;
+    or every instrument and their spans."""
+    if data is None or split is None:
+        return None, None
+    if len(data) == 1:
+        return data[0], split[0].train_span
+    return data, [s.train_span for s in split]
+
+
+def open_log(config: TrainConfig, rank: int, state: RunState, holdout: Optional[Holdout],
+             resumed: bool) -> RunLogger | NullLogger:
+    """Rank 0's log (training.log, metrics.csv, TensorBoard); the others' log nothing."""
+    if rank != 0:
+        return NullLogger()
+    run_dir = Path(config.checkpoint_dir)
+    return RunLogger(config.log_file, run_dir / "metrics.csv", None if config.train_for else config.episodes,
+                     state.global_episodes, config.progress, run_dir / "tb" if config.tensorboard else None,
+                     extra_columns=holdout.extra_columns() if holdout is not None else (),
+                     run_log=run_dir / RUN_LOG_NAME, resumed_at_update=state.update if resumed else None)
+
 
 # Debug/test hook: when set to a directory, every rank saves its final model and optimizer
 # state there as rank<r>_final.pt after training finishes (to check ranks end bitwise equal).
@@ -83,14 +113,8 @@ class Trainer:
         self.permutation_generator = torch.Generator().manual_seed(derive_seed(config.seed, 7))  # shared by all ranks
         random.seed(derive_seed(config.seed, self.rank, 13))
         np.random.seed(derive_seed(config.seed, self.rank, 17))
-        data, split = self._market_data()
-        if data is None or split is None:
-            traded, spans = None, None
-        elif len(data) == 1:  # one instrument
-            traded, spans = data[0], split[0].train_span
-        else:
-            traded, spans = data, [s.train_span for s in split]
-        self.rollout = RolloutCollector(config, self.agent, self.rank, self.steps, self.device, traded, spans)
+        data, split = market_data(config, self.rank)
+        self.rollout = RolloutCollector(config, self.agent, self.rank, self.steps, self.device, *traded(data, split))
         self.holdout = Holdout.of(config, data, split) if self.rank == 0 else None  # rank 0 backtests it
         self.data_fingerprint = data_fingerprint(data, split)  # None where this rank simulates
         self.state = RunState.fresh(config, self.rank, self.world_size)
@@ -108,24 +132,9 @@ class Trainer:
         if self.rank == 0:
             self.checkpoints.remove_stale_temp_files()  # from a writer killed mid-save; the run lock is held
             self.checkpoints.adopt(self.state.run_id, self.resumed_from)
-            run_dir = Path(config.checkpoint_dir)
-            self.log: RunLogger | NullLogger = RunLogger(
-                config.log_file, run_dir / "metrics.csv", None if config.train_for else config.episodes,
-                self.state.global_episodes,
-                config.progress, run_dir / "tb" if config.tensorboard else None,
-                extra_columns=self.holdout.extra_columns() if self.holdout is not None else (),
-                run_log=run_dir / RUN_LOG_NAME, resumed_at_update=self.state.update if self.resumed_from else None)
-        else:
-            self.log = NullLogger()
+        self.log = open_log(config, self.rank, self.state, self.holdout, self.resumed_from is not None)
         self.guard = UpdateGuard(self.agent, self.optimizer, self.world_size, self.log)  # undoes non-finite updates
         self.budget = TimeBudget(config, self.rank, self.world_size, self.state.global_episodes, self.state.env_steps)
-
-    def _market_data(self) -> tuple[Optional[list[MarketData]], Optional[list[DataSplit]]]:
-        """Rank 0 (every rank with --data-all-ranks or --features) trades --data's training bars,
-        of every instrument; the others simulate."""
-        if not trades_history(self.config, self.rank):
-            return None, None
-        return load_training_data(self.config)
 
     def _restore(self, path: Path, state: dict[str, Any]) -> None:
         """Load weights, optimizer and counters; and, when this rank's layout and market are
@@ -186,10 +195,9 @@ class Trainer:
 
     def _report(self, records: np.ndarray, seconds: float) -> RankReport:
         """What this rank tells the others in this iteration's collective."""
-        budget = self.budget
         return RankReport(records, self.steps * self.config.num_envs, self.state.rank_done, self.stop.signum or 0,
-                          seconds, self.guard.last_update_bad, budget.time_up(time.perf_counter() - self.started),
-                          budget.proposal())
+                          seconds, self.guard.last_update_bad, self.budget.time_up(time.perf_counter() - self.started),
+                          self.budget.proposal())
 
     def _after_update(self, agreed: Agreement, stats: UpdateStats, skipped: bool, finished: bool) -> Optional[int]:
         """The bookkeeping of an iteration: episode lines, a --train-for fit, the metrics row, and where
@@ -233,12 +241,8 @@ class Trainer:
                        Path(os.environ[DUMP_FINAL_VARIABLE]) / f"rank{self.rank}_final.pt")
         # every rank's phases and peak memory; also the barrier: nobody leaves before the rest
         ranks = self.comm.gather_objects((clock.shares() if clock.seconds else "no update run", peak_rss_mb()))
-        if self.rank == 0:
-            for rank, (shares, _) in enumerate(ranks):
-                self.log.line(f"Time by phase (rank {rank}): {shares}")
-            self.log.line(f"Peak memory per worker: {' / '.join(f'{p:.0f}' for _, p in ranks)} MiB")
-            for line in summary_lines(c, self.checkpoints.latest(), self.holdout, s.best_holdout):
-                self.log.line(line)
+        for line in phase_lines(ranks) + summary_lines(c, self.checkpoints.latest(), self.holdout, s.best_holdout):
+            self.log.line(line)  # rank 0's log; the others' log nothing
         return 0
 
     def _announce(self) -> None:
