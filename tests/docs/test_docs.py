@@ -93,3 +93,12 @@ def test_link_checker_sees_a_broken_link(tmp_path):
     targets = LINK.findall(_prose(page.read_text()))
     assert targets == ["#title", "missing.md", "#nope"]
     assert "title" in _anchors(page) and "nope" not in _anchors(page)
+
+
+def test_batch_table_is_the_rules_output():
+    spec = importlib.util.spec_from_file_location("make_batch_table", ROOT / "docs" / "make_batch_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    page = (ROOT / "docs" / "batch_scaling.md").read_text()
+    assert module._current(page) == module.render(), "docs/batch_scaling.md's table is stale: run python docs/make_batch_table.py"
+    assert "| 4,096 | 8 | 16 | 524,288 | 4 minibatches of 131072 |" in page
