@@ -257,7 +257,7 @@ def test_torchrun_rank_beyond_the_visible_gpus_exits_2_with_one_line(cwd, monkey
 
 
 def test_evaluate_on_a_gpu_index_that_is_not_there_exits_2(monkeypatch, capsys):
-    from ppo_lstm.evaluation import cli as evaluate
+    from ppo_lstm.evaluation import loading as evaluate
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     configured = []

@@ -1,5 +1,5 @@
 """Checkpoints of every earlier format resume and evaluate bitwise as the version that wrote them
-did (``tests/fixtures/checkpoints``: one tiny run per format and batch rule, its checkpoint at
+did (``tests/fixtures/saved_runs``: one tiny run per format and batch rule, its checkpoint at
 episode 16, the sha256 of the model that version trained from it to episode 32, and what
 evaluate-ppo-lstm printed for it); a file newer than this version is refused in one line."""
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.errors import UsageError
 from ppo_lstm.evaluation.cli import main as evaluate_main
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "saved_runs"
 NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "expected.json").is_file())
 
 
