@@ -5,15 +5,25 @@ feature column, ``vol_ratio``: log(volume / mean volume of the last 20 bars), le
 (NaN) on the first 19 bars, where the mean is not yet defined.
 
     python docs/example/data/make_example_data.py   # writes GOOGL.csv and EURUSD_1H.csv here
+    python docs/example/data/make_example_data.py --googl STOCKS_GOOGL.csv   # without gym-anytrading
+
+A STOCKS_GOOGL.csv you already have (gym-anytrading's file, as docs/evaluation.md copies it) is
+read from ``--googl`` or, without gym-anytrading, from the current directory; EURUSD_1H.csv needs
+gym-anytrading or ``--eurusd FOREX_EURUSD_1H_ASK.csv``. Without any source of GOOGL's bars the
+script prints one line with the fix on stderr and exits with status 2.
 """
 from __future__ import annotations
 
+import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
-from gym_anytrading.datasets import FOREX_EURUSD_1H_ASK, STOCKS_GOOGL
+import pandas as pd
 
 HERE = Path(__file__).resolve().parent
+FIX = ("pip install gym-anytrading, or give --googl STOCKS_GOOGL.csv "
+       "(and --eurusd FOREX_EURUSD_1H_ASK.csv)")
 
 
 def with_volume_feature(frame):
@@ -22,7 +32,53 @@ def with_volume_feature(frame):
     return out
 
 
+def _gym_datasets():
+    try:
+        from gym_anytrading import datasets
+    except ImportError:
+        return None
+    return datasets
+
+
+def _source(given: Path | None, name: str, local: str, index: str):
+    """The frame of ``given``, else gym-anytrading's ``name``, else ``./local``; None if none."""
+    if given is not None:
+        return pd.read_csv(given, index_col=index)
+    datasets = _gym_datasets()
+    if datasets is not None:
+        return getattr(datasets, name)
+    if Path(local).is_file():
+        return pd.read_csv(local, index_col=index)
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write docs/example/data/GOOGL.csv and EURUSD_1H.csv.")
+    parser.add_argument("--googl", type=Path, help="a STOCKS_GOOGL.csv (default: gym-anytrading's, else ./STOCKS_GOOGL.csv)")
+    parser.add_argument("--eurusd", type=Path, help="a FOREX_EURUSD_1H_ASK.csv (default: gym-anytrading's, "
+                                                     "else ./FOREX_EURUSD_1H_ASK.csv)")
+    parser.add_argument("--out", type=Path, default=HERE, help="where to write (default: this folder)")
+    args = parser.parse_args(argv)
+    for path in (args.googl, args.eurusd):
+        if path is not None and not path.is_file():
+            print(f"make_example_data.py: no file {path}", file=sys.stderr)
+            return 2
+    googl = _source(args.googl, "STOCKS_GOOGL", "STOCKS_GOOGL.csv", "Date")
+    if googl is None:
+        print(f"make_example_data.py: GOOGL's bars come from gym-anytrading, which is not installed: {FIX}",
+              file=sys.stderr)
+        return 2
+    eurusd = _source(args.eurusd, "FOREX_EURUSD_1H_ASK", "FOREX_EURUSD_1H_ASK.csv", "Time")
+    args.out.mkdir(parents=True, exist_ok=True)
+    with_volume_feature(googl).to_csv(args.out / "GOOGL.csv")
+    if eurusd is None:
+        print(f"wrote {args.out / 'GOOGL.csv'}; EURUSD_1H.csv needs gym-anytrading or --eurusd "
+              "FOREX_EURUSD_1H_ASK.csv (docs/data.md's two-instrument example reads it)", file=sys.stderr)
+        return 0
+    with_volume_feature(eurusd).to_csv(args.out / "EURUSD_1H.csv")
+    print(f"wrote {args.out / 'GOOGL.csv'} and {args.out / 'EURUSD_1H.csv'}")
+    return 0
+
+
 if __name__ == "__main__":
-    with_volume_feature(STOCKS_GOOGL).to_csv(HERE / "GOOGL.csv")
-    with_volume_feature(FOREX_EURUSD_1H_ASK).to_csv(HERE / "EURUSD_1H.csv")
-    print(f"wrote {HERE / 'GOOGL.csv'} and {HERE / 'EURUSD_1H.csv'}")
+    sys.exit(main())
