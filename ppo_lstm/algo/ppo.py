@@ -36,6 +36,7 @@ class PPOSettings:
     target_kl: float | None
     autocast: bool = False  # the forward pass in bfloat16 (torch.autocast on the batch's device)
     micro_batches: int = 1  # pieces of each rank's share of a minibatch, whose gradients add up before the sum
+    shard: bool = True  # each rank computes its share of a minibatch (else every rank the whole of it, no sum)
 
 
 @dataclass
@@ -175,7 +176,8 @@ def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, ba
     """Run ``epochs`` passes of minibatch PPO over the combined ``batch`` (``[T, B_total]`` sequences).
 
     Every rank calls this with the same combined batch and the same generator state, so
-    every rank draws the same minibatches. Each gradient step is sharded: rank r runs
+    every rank draws the same minibatches. Each gradient step is sharded (``settings.shard``;
+    otherwise every rank computes the whole minibatch, and no collective runs): rank r runs
     forward and backward on its :func:`share` of the minibatch's sequences only (in
     ``micro_batches`` pieces), each piece's loss weighted by its share of the minibatch,
     and one ``comm.sum_`` adds the ranks' gradients together with the step's statistics
@@ -201,6 +203,7 @@ def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, ba
     finite = torch.ones((), dtype=torch.bool, device=device)  # every loss so far was finite
     count = torch.ones(1, device=device)
     epochs_run = 0
+    parts = (comm.rank, comm.world_size) if settings.shard else (0, 1)  # this rank's part of each minibatch
     for _ in range(settings.epochs):
         order = torch.randperm(num_envs, generator=permutation_generator)  # on the CPU, like the generator
         # a copy from pageable memory would wait for the GPU: from pinned memory it does not
@@ -212,7 +215,7 @@ def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, ba
                 advantages = batch.advantages[:, order_on_device[envs]]  # [T, B] the whole minibatch's
                 moments = advantages.mean(), advantages.std()
             minibatch = Minibatch(order, order_on_device, envs, moments)
-            mine = share(envs.stop - envs.start, comm.rank, comm.world_size)
+            mine = share(envs.stop - envs.start, *parts)
             gradients.zero_()
             for k in range(settings.micro_batches):
                 piece = share(mine.stop - mine.start, k, settings.micro_batches)
@@ -220,7 +223,8 @@ def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, ba
                     at = envs.start + mine.start
                     gradients.extra.add_(_piece_loss(agent, batch, settings, minibatch,
                                                      slice(at + piece.start, at + piece.stop), starts_on_host))
-            comm.sum_(gradients.flat)  # [P + 6]: the minibatch's gradient and statistics on every rank
+            if parts[1] > 1:
+                comm.sum_(gradients.flat)  # [P + 6]: the minibatch's gradient and statistics on every rank
             step_stats = torch.cat([gradients.extra[:5], count])
             finite = finite & (gradients.extra[5] == 0)
             gradients.clip_norm_(settings.max_grad_norm)

@@ -56,6 +56,7 @@ BASE_MINIBATCH = BASE_BATCH // MAX_MINIBATCHES  # transitions of one gradient st
 MIN_MINIBATCH = 64  # ... and at least this many transitions (4 sequences of 16 steps, 8 of 8)
 DEFAULT_RATE_CAP = 4.0  # ... up to this scale (--rate-cap), reached at a batch of 2,048 (docs/batch_scaling.md)
 SAVED_RATE_CAP = 8.0  # the cap of a checkpoint written before --rate-cap existed: it resumes at the rates it had
+SHARD_FROM = 128  # --shard-update auto: shard where each rank's share of a minibatch holds this many transitions
 
 
 def share(count: int, part: int, parts: int) -> slice:
@@ -242,6 +243,16 @@ class BatchPlan:
         return cls(world_size, config.num_envs, steps_per_env(config, world_size), update_batch(config, world_size),
                    minibatches(config, world_size), learning_rates(config, world_size),
                    describe_batch(config, world_size))
+
+    def shards_update(self, mode: str) -> bool:
+        """Whether the workers shard the update (``--shard-update``): ``on``, ``off``, or ``auto``:
+        on several workers where each rank's share of the smallest minibatch holds at least
+        :data:`SHARD_FROM` transitions; below, the sum of every gradient step costs more than
+        the share saves (docs/distributed.md)."""
+        if self.world_size == 1 or mode == "off":
+            return False
+        share_of_smallest = self.steps * (self.sequences // self.minibatches // self.world_size)
+        return mode == "on" or share_of_smallest >= SHARD_FROM
 
     @property
     def sequences(self) -> int:

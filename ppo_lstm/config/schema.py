@@ -17,7 +17,7 @@ from typing import Any, Optional, Union
 from envs.config import EnvConfig
 
 from .plan import (BASE_BATCH, BASE_MINIBATCH, BASE_RATES, DEFAULT_RATE_CAP, FULL_FROM, MAX_MINIBATCHES,
-                   MIN_MINIBATCH, MIN_SEQUENCES, RULES, SHORT_FROM, SHORT_STEPS, STEPS_PER_ENV, LATEST_RULE)
+                   MIN_MINIBATCH, MIN_SEQUENCES, RULES, SHARD_FROM, SHORT_FROM, SHORT_STEPS, STEPS_PER_ENV, LATEST_RULE)
 
 RUN, PPO, MODEL, DIST, ENV = "run", "PPO", "model", "distributed", "environment"
 GROUP_TITLES = {
@@ -155,6 +155,12 @@ class TrainConfig:
     dist_timeout: float = setting(180.0, DIST, "seconds before a stuck collective (e.g. a dead worker) fails the job",
                              launch=True)
     sync_check_interval: int = setting(50, DIST, "compare a parameter checksum across ranks every this many updates")
+    shard_update: str = setting("auto", DIST, f"how workers split an update: on: each computes the gradient of its "
+                                              f"share of every minibatch, and one sum per gradient step adds them; "
+                                              f"off: each computes every minibatch whole, with no collective in the "
+                                              f"update; auto: on where each worker's share of a minibatch holds at "
+                                              f"least {SHARD_FROM} transitions", launch=True,
+                                choices=("auto", "on", "off"))
     spin_ms: Optional[float] = setting(None, DIST, "milliseconds a CPU (gloo) worker waiting at a collective stays on its "
                                             "core, yielding it at every turn, before it sleeps; 0: sleep at once "
                                             "(default: 20 when the workers' torch threads fit this machine's cores, "

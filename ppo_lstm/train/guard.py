@@ -25,20 +25,23 @@ MAX_BAD_UPDATES = 3
 Snapshot = tuple[list[Tensor], dict]  # the parameters and the optimizer's per-parameter state
 
 
-def outputs_finite(agent: RecurrentActorCritic, batch: RolloutBatch, starts_on_host: Tensor, comm: Comm) -> Tensor:
+def outputs_finite(agent: RecurrentActorCritic, batch: RolloutBatch, starts_on_host: Tensor, comm: Comm,
+                   shard: bool = True) -> Tensor:
     """Whether the weights and the agent's outputs on ``batch`` ``[T, N*W]`` are all finite,
     as a 0-dim bool tensor on the agent's device, the same on every rank (huge but finite
     weights can still give inf/nan outputs, and crash the next rollout). Each rank checks
     its :func:`~ppo_lstm.algo.ppo.share` of the sequences, and one sum of the ranks' flags
-    gives the verdict. ``starts_on_host``: the batch's episode starts ``[T, N*W]`` on the host."""
-    mine = share(batch.num_envs, comm.rank, comm.world_size)
+    gives the verdict (without ``shard``, every rank checks the whole batch and no sum runs).
+    ``starts_on_host``: the batch's episode starts ``[T, N*W]`` on the host."""
+    parts = (comm.rank, comm.world_size) if shard else (0, 1)
+    mine = share(batch.num_envs, *parts)
     part = batch.map(lambda _, t: t[:, mine])  # [T, N*W / W]
     with torch.no_grad():
         params = torch.cat([p.detach().reshape(-1) for p in agent.parameters()])
         logits, values, _ = agent(part.obs, (part.initial_h, part.initial_c), part.episode_starts,
                                   sequence_boundaries(starts_on_host[:, mine]))
         ok = torch.isfinite(params).all() & torch.isfinite(logits).all() & torch.isfinite(values).all()
-    if comm.world_size == 1:
+    if parts[1] == 1:
         return ok
     return comm.sum((~ok).float().view(1))[0] == 0
 

@@ -11,7 +11,7 @@ import torch
 
 from ..algo.episodes import EpisodeTotals
 from ..algo.ppo import UpdateStats
-from ..config.plan import BatchPlan
+from ..config.plan import SHARD_FROM, BatchPlan
 from ..config.schema import TrainConfig
 from ..distributed import episode_share
 from ..rundir.checkpoint import BEST_NAME
@@ -29,6 +29,8 @@ def startup_lines(config: TrainConfig, plan: BatchPlan, rank: int, state: RunSta
     episodes = (f"episodes: fitted to --train-for {c.train_for} once a twentieth of it has passed" if fitting
                 else f"episodes per worker: {' / '.join(map(str, shares))}")
     lines = [f"{plan.description}; {episodes}"]
+    if world_size > 1:
+        lines.append(update_split_line(plan, c.shard_update))
     if resumed_from is None and not fitting and (rounding := episode_rounding_line(c, plan)):
         lines.append(rounding)
     if resumed_from is not None:
@@ -52,6 +54,17 @@ def startup_lines(config: TrainConfig, plan: BatchPlan, rank: int, state: RunSta
         lines.append("Hold-out: none (--holdout 0 or --holdout-episodes 0); best.pt is the checkpoint whose "
                      "period had the best mean training return")
     return lines + notes
+
+
+def update_split_line(plan: BatchPlan, mode: str) -> str:
+    """How the workers split each update (``--shard-update``)."""
+    share = plan.steps * (plan.sequences // plan.minibatches // plan.world_size)
+    if plan.shards_update(mode):
+        return (f"Update: each of the {plan.world_size} workers computes the gradient of its share of every "
+                f"minibatch (about {share} transitions), one sum per gradient step (--shard-update {mode})")
+    why = f": shares of about {share} transitions, under {SHARD_FROM}, save less than the sums cost" \
+        if mode == "auto" else ""
+    return f"Update: every worker computes each minibatch whole, with no collective in it (--shard-update {mode}{why})"
 
 
 def episode_rounding_line(config: TrainConfig, plan: BatchPlan) -> Optional[str]:

@@ -99,9 +99,10 @@ class Trainer:
         self.plan = plan or BatchPlan.of(config, self.world_size)
         assert self.plan.world_size == self.world_size, "a plan for another worker count"
         self.steps, self.batch_size = self.plan.steps, self.plan.batch  # T, and U = T x N x W
-        self.settings = PPOSettings(config.clip, config.epochs, self.plan.minibatches, config.ent_coef,
-                                    config.vf_coef, config.max_grad_norm, config.clip_vloss, config.norm_adv,
-                                    config.target_kl, config.autocast == "bf16", config.micro_batches)
+        self.settings = PPOSettings(config.clip, config.epochs, self.plan.minibatches, config.ent_coef, config.vf_coef,
+                                    config.max_grad_norm, config.clip_vloss, config.norm_adv, config.target_kl,
+                                    config.autocast == "bf16", config.micro_batches,
+                                    self.plan.shards_update(config.shard_update))
         if config.autocast == "bf16":
             require_bf16(self.device)
         self.clock = PhaseClock()
@@ -200,9 +201,8 @@ class Trainer:
                           self.budget.proposal())
 
     def _after_update(self, agreed: Agreement, stats: UpdateStats, skipped: bool, finished: bool) -> Optional[int]:
-        """The bookkeeping of an iteration: episode lines, a --train-for fit, the metrics row, and where
-        due the hold-out backtest, a checkpoint and the sync check. Returns the exit code of a run
-        interrupted by a signal (after its checkpoint), else None."""
+        """An iteration's bookkeeping: episode lines, a --train-for fit, the metrics row, and where due the
+        hold-out, a checkpoint and the sync check. Returns a signalled run's exit code, else None."""
         s, clock, elapsed = self.state, self.clock, lambda: time.perf_counter() - self.started
         with clock("logging"):
             update_totals = self._log_episodes(agreed.records)
@@ -289,7 +289,7 @@ class Trainer:
         starts_on_host = batch.episode_starts.cpu()  # [T, N*W]: the update's one device -> host copy before the end
         pending = ppo_update(self.agent, self.optimizer, batch, self.settings, self.permutation_generator, self.comm,
                              starts_on_host)
-        outputs_ok = outputs_finite(self.agent, batch, starts_on_host, self.comm)
+        outputs_ok = outputs_finite(self.agent, batch, starts_on_host, self.comm, self.settings.shard)
         row = torch.cat([pending.row, outputs_ok.float().view(1)]).tolist()  # stats and verdict in one copy
         stats = UpdateStats.from_row(row[:-1], pending.epochs_run)
         self.state.update += 1

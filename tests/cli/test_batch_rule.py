@@ -266,3 +266,16 @@ def test_rollout_steps_and_update_interval_together_are_refused_in_one_line(tmp_
     assert "--rollout-steps 4 and --update-interval 32 both set the batch" in result.stderr
     assert "Traceback" not in result.output
     assert parse_command_line(["--num-envs", "8", "--rollout-steps", "4"]).config.rollout_steps == 4  # alone: fine
+
+
+def test_workers_shard_the_update_where_each_share_holds_enough_transitions():
+    """--shard-update auto: shard where each worker's share of the smallest minibatch is at least 128
+    transitions (64 envs on 2 workers: 256), else every worker computes the minibatches whole (8 envs on 2
+    workers: 2 minibatches of 8 sequences of 8 steps, shares of 32); one worker never shards."""
+    assert BatchPlan.of(TrainConfig(num_envs=64), 2).shards_update("auto")
+    assert BatchPlan.of(TrainConfig(num_envs=32), 2).shards_update("auto")  # 4 of 16 sequences of 16: 128
+    assert not BatchPlan.of(TrainConfig(num_envs=16), 2).shards_update("auto")  # 4 of 8 sequences: 64
+    assert not BatchPlan.of(TrainConfig(num_envs=8), 2).shards_update("auto")
+    assert BatchPlan.of(TrainConfig(num_envs=8), 2).shards_update("on")
+    assert not BatchPlan.of(TrainConfig(num_envs=64), 2).shards_update("off")
+    assert not any(BatchPlan.of(TrainConfig(num_envs=n), 1).shards_update(m) for n in (8, 64) for m in ("auto", "on"))

@@ -319,7 +319,7 @@ def test_a_non_finite_verdict_of_one_rank_is_acted_on_by_every_rank(tmp_path):
     dump = tmp_path / "dump"
     dump.mkdir()
     result = run_cli(tmp_path, *TINY, "--distributed", "--num-workers", "2", "--episodes", "16",
-                     "--sync-check-interval", "1000", "--checkpoint-interval", "1000",
+                     "--sync-check-interval", "1000", "--checkpoint-interval", "1000", "--shard-update", "on",
                      launcher=[sys.executable, "verdict.py"], env={"PPO_LSTM_DUMP_FINAL_DIR": str(dump)})
     assert result.returncode == 0, result.output
     assert "warning: update 3 gave non-finite losses or parameters on ranks 0, 1; skipped (1 in a row)" \

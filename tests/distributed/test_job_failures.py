@@ -195,7 +195,8 @@ def test_a_rank_that_fails_or_stalls_inside_an_update_ends_the_job(tmp_path, mod
     waits in the next one: a failure ends the job within seconds (rank 0 is told through the
     rendezvous store), a stall within --dist-timeout; one line per rank, no process left."""
     (tmp_path / "job.py").write_text(MID_UPDATE_SCRIPT)
-    run = Run(tmp_path, [mode, *TINY, *SPAWN2, *LONG, "--dist-timeout", "5"], launcher=[sys.executable, "job.py"])
+    run = Run(tmp_path, [mode, *TINY, *SPAWN2, *LONG, "--dist-timeout", "5", "--shard-update", "on"],
+              launcher=[sys.executable, "job.py"])  # TINY's shares are small: auto would not shard them
     result, seconds = wait_for_failure(run, "error: rank 1: " if mode == "fail" else "rank 0 stopped: ")
     assert seconds < ENDS_WITHIN
     assert result.returncode == 1, result.output

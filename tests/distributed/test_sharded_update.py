@@ -33,6 +33,7 @@ from ppo_lstm.train.guard import UpdateGuard, outputs_finite
 pytestmark = pytest.mark.timeout(180)
 
 # name: (env sequences, minibatches, micro-batches, target KL, NaN in rank 1's share)
+REPLICATED = "equal"  # also run with --shard-update off: every rank computes the whole minibatches
 CASES = {
     "equal": (8, 2, 1, None, False),
     "micro-batches": (8, 2, 2, None, False),
@@ -42,9 +43,9 @@ CASES = {
 }
 
 
-def settings_for(config: TrainConfig, minibatches: int, micro: int, target_kl) -> PPOSettings:
+def settings_for(config: TrainConfig, minibatches: int, micro: int, target_kl, shard: bool = True) -> PPOSettings:
     return PPOSettings(config.clip, config.epochs, minibatches, config.ent_coef, config.vf_coef, config.max_grad_norm,
-                       config.clip_vloss, config.norm_adv, target_kl, False, micro)
+                       config.clip_vloss, config.norm_adv, target_kl, False, micro, shard)
 
 
 def case_inputs(envs: int, nan: bool) -> tuple[TrainConfig, dict, RolloutBatch]:
@@ -73,7 +74,7 @@ def guarded_update(config: TrainConfig, weights: dict, batch: RolloutBatch, sett
     starts = batch.episode_starts.cpu()
     pending = ppo_update(agent, optimizer, batch, settings, torch.Generator().manual_seed(5), comm, starts)
     stats = pending.fetch()
-    ok = stats.finite and bool(outputs_finite(agent, batch, starts, comm))
+    ok = stats.finite and bool(outputs_finite(agent, batch, starts, comm, settings.shard))
     skipped = guard.judge(1, ok, snapshot)
     return {"model": agent.state_dict(), "optimizer": optimizer.state_dict(), "skipped": skipped,
             "epochs_run": stats.epochs_run, "stats": [stats.policy_loss, stats.value_loss, stats.entropy,
@@ -87,7 +88,7 @@ from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import launch
 from envs.config import EnvConfig
 from ppo_lstm.algo.buffer import RolloutBatch
-from test_sharded_update import CASES, guarded_update, settings_for
+from test_sharded_update import CASES, REPLICATED, guarded_update, settings_for
 
 def worker(config, w):
     out = {}
@@ -96,6 +97,16 @@ def worker(config, w):
         case_config = TrainConfig.from_dict(saved["config"])
         out[name] = guarded_update(case_config, saved["weights"], RolloutBatch(**saved["batch"]),
                                    settings_for(case_config, minibatches, micro, target_kl), w.comm)
+    envs, minibatches, micro, target_kl, _ = CASES[REPLICATED]
+    saved = torch.load(f"{REPLICATED}.pt", weights_only=True)
+    case_config = TrainConfig.from_dict(saved["config"])
+    sums = []
+    sum_ = w.comm.sum_
+    w.comm.sum_ = lambda tensor: (sums.append(tensor.numel()), sum_(tensor))[1]  # counts the update's sums
+    out["replicated"] = guarded_update(case_config, saved["weights"], RolloutBatch(**saved["batch"]),
+                                       settings_for(case_config, minibatches, micro, target_kl, shard=False), w.comm)
+    w.comm.sum_ = sum_
+    out["replicated"]["sums"] = len(sums)
     torch.save(out, f"rank{w.comm.rank}.pt")
     return 0
 
@@ -168,3 +179,20 @@ def test_a_nan_in_one_ranks_share_undoes_the_update_on_both(sharded):
         for key, value in result["model"].items():
             assert torch.equal(value, weights[key]), key  # back to the weights before the update
         assert not result["optimizer"]["state"]  # and the optimizer to its state before (none)
+
+
+@pytest.mark.e2e
+def test_an_update_left_whole_on_every_rank_is_the_one_process_update_bit_for_bit(sharded):
+    """--shard-update off: every rank computes every minibatch, so both ranks give exactly one process's
+    update, with no sum in the update."""
+    inputs, rank0, rank1 = sharded
+    envs, minibatches, micro, target_kl, _ = CASES[REPLICATED]
+    config, weights, batch = inputs[REPLICATED]
+    reference = guarded_update(config, weights, copy.deepcopy(batch),
+                               settings_for(config, minibatches, micro, target_kl, shard=False), LocalComm())
+    for rank in (rank0, rank1):
+        result = rank["replicated"]
+        assert not result["skipped"] and result["sums"] == 0
+        for key, value in result["model"].items():
+            assert torch.equal(value, reference["model"][key]), key
+        assert result["stats"] == reference["stats"]
