@@ -72,11 +72,11 @@ def main(argv: Optional[list[str]] = None, force_distributed: bool = False, prog
         config = command.config  # this launch's fields (device, workers, rendezvous) are the command line's
         if force_distributed:
             config.distributed = True
+        if command.print_config:  # of a run for another machine too: its worker count as asked, no device probed
+            print_config(command, (config.num_workers or 1) if config.distributed else 1)
+            return 0
         device = resolve_device(config.device)  # launch() warns about a CPU fallback once every check passed
         world_size = world_size_for(config, device)
-        if command.print_config:
-            print_config(command, world_size)
-            return 0
         if launched_by_torchrun():
             resolve(command, world_size)  # every worker checks; rank 0 resumes or claims the run when it starts
         elif preflight(command, world_size).config.distributed:  # the launcher holds the run lock for its workers

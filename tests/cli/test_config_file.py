@@ -111,14 +111,17 @@ def test_print_config_round_trips(tmp_path):
     flags = [*TINY, "--target-kl", "0.015", "--no-anneal-lr", "--num-gpus", "3", "--autocast", "bf16",
              "--data", "prices.csv", "--date-format", "%d.%m.%Y", "--data-start", "2020-01-01", "--no-short",
              "--fee-bps", "2.5", "--learning-rate-critic", "1e-5", "--overwrite", "--spin-ms", "0"]
-    for args in ([], ["--ema-spans", "none"], flags):
+    gpus = ["--device", "cuda", "--distributed", "--num-gpus", "4"]  # a run for another machine: nothing probed
+    for args in ([], ["--ema-spans", "none"], flags, gpus):
         result = cli_in_process(tmp_path, *args, "--print-config")
         assert result.returncode == 0 and result.stderr == ""
         config = parse_command_line(["--config", write(tmp_path / "printed.yaml", result.stdout)]).config
         assert config == parse_command_line(args).config
         if args == ["--ema-spans", "none"]:  # no spans: written as none, since a null reads as "no value"
             assert "ema-spans: none" in result.stdout and config.env.ema_spans is None
-    assert "autocast: bf16" in result.stdout and "date-format: '%d.%m.%Y'" in result.stdout
+        if args == flags:
+            assert "autocast: bf16" in result.stdout and "date-format: '%d.%m.%Y'" in result.stdout
+    assert "device: cuda" in result.stdout and "num-workers: 4" in result.stdout
     assert not (tmp_path / "checkpoints").exists()  # printing starts nothing
 
 
