@@ -17,6 +17,7 @@ held-out bar of any other starts (markets move together).
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -32,6 +33,19 @@ if TYPE_CHECKING:
     from envs.data import MarketData
 
 MIN_HOLDOUT_BARS = 3  # the fewest held-out bars a backtest can score with a Sharpe ratio (the first decides)
+
+
+def bars_sha256(data: MarketData, lo: int, hi: int) -> str:
+    """SHA-256 of bars ``lo..hi-1`` of ``data``: their times, OHLCV and feature values (the names too)."""
+    digest = hashlib.sha256()
+    stamps = np.asarray(data.timestamps[lo:hi]).astype("datetime64[ns]").view(np.int64)
+    digest.update(np.ascontiguousarray(stamps).tobytes())
+    for column in (data.open, data.high, data.low, data.close, data.volume):
+        digest.update(np.ascontiguousarray(np.asarray(column[lo:hi], dtype=np.float64)).tobytes())
+    if data.features is not None and len(data.feature_names):
+        digest.update(",".join(map(str, data.feature_names)).encode())
+        digest.update(np.ascontiguousarray(np.asarray(data.features[lo:hi], dtype=np.float64)).tobytes())
+    return digest.hexdigest()
 
 
 def day(stamp: Any) -> str:

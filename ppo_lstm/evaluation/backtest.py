@@ -87,6 +87,7 @@ class BacktestResult:
     training_bars: Optional[int] = None  # history: how many of the T bars lie in the checkpoint's training period
     training_period: Optional[tuple[str, str]] = None  # history: that period's first and last bar (ISO)
     sample: Optional[SampleSplit] = None  # history: how many of the T bars training and selection read
+    foreign_data: Optional[str] = None  # history: why these are not the bars the checkpoint's training read
 
     @property
     def bars(self) -> int:

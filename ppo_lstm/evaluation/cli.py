@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> tuple[BacktestResult, str]:
     if args.data is not None:
         data, lo, hi = load_slice(args, env.window, env.feature_names)
         result = backtest_history(agent, env, data, lo, hi, greedy=not args.sample, seed=args.seed, device=device)
-        result = mark_training_bars(result, trained_on, instrument_name(str(args.data)))
+        result = mark_training_bars(result, trained_on, instrument_name(str(args.data)), data)
         return result, f"Backtest of {path} on {args.data} ({actions})"
     if env.features:
         raise UsageError(f"{path} was trained with --features {env.features}, columns of a data file; a simulated "
@@ -203,7 +203,7 @@ def run_several(args: argparse.Namespace, files: list[str]) -> tuple[dict[str, B
         data, lo, hi = load_slice(one, env.window, env.feature_names)
         name = instrument_name(file)
         results[name] = mark_training_bars(backtest_history(agent, env, data, lo, hi, greedy=not args.sample,
-                                                            seed=args.seed, device=device), trained_on, name)
+                                                            seed=args.seed, device=device), trained_on, name, data)
     actions = "sampled actions" if args.sample else "greedy actions"
     return results, f"Backtest of {path} on {len(files)} instruments ({actions})"
 
@@ -244,6 +244,8 @@ def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
                 return _report_several(args, files)
             args.data = args.data[0] if Path(files[0]) == args.data[0] else Path(files[0])
         result, title = run(args)
+        if result.foreign_data:
+            print(f"warning: {result.foreign_data}", file=sys.stderr)
         if args.json:
             print(json.dumps(report_dict(result), allow_nan=False))
         else:
@@ -266,6 +268,9 @@ def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
 def _report_several(args: argparse.Namespace, files: list[str]) -> int:
     """main()'s outputs for several instruments (UsageError propagates to main)."""
     results, title = run_several(args, files)
+    for name, result in results.items():
+        if result.foreign_data:
+            print(f"warning: {name}: {result.foreign_data}", file=sys.stderr)
     if args.json:
         print(json.dumps(instruments_dict(results), allow_nan=False))
     else:

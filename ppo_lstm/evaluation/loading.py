@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import zipfile
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 
@@ -20,7 +20,10 @@ from ..errors import UsageError, one_line
 from ..train.build import model_flags
 from ..rundir.checkpoint import BEST_NAME, LATEST_NAME, CheckpointDir, CheckpointError, load_checkpoint
 from .backtest import BacktestResult
-from .samples import split_bars
+from .samples import split_bars, training_entry
+
+if TYPE_CHECKING:
+    from envs.data import MarketData
 
 
 def checkpoint_file(path: Path) -> Path:
@@ -83,13 +86,21 @@ def load_policy_and_data(path: str | os.PathLike, device: torch.device | str = "
     return agent.to(device), config, fingerprint if isinstance(fingerprint, list) else None
 
 
-def mark_training_bars(result: BacktestResult, trained_on: Optional[list[dict]], name: str) -> BacktestResult:
+def mark_training_bars(result: BacktestResult, trained_on: Optional[list[dict]], name: str,
+                       data: MarketData) -> BacktestResult:
     """``result`` with ``sample`` (which of its scored bars training and the selection of
-    ``best.pt`` read, :func:`ppo_lstm.evaluation.samples.split_bars`: the fingerprint of the
-    instrument named ``name``, else of all its instruments), ``training_bars`` (how many lie
-    within the training bars) and ``training_period``; unchanged when the checkpoint records no
-    training data."""
-    sample = split_bars(result.time[1:], trained_on, name)  # the T scored bars
+    ``best.pt`` read, :func:`ppo_lstm.evaluation.samples.split_bars`), ``training_bars`` (how
+    many lie within the training bars) and ``training_period``, where ``data`` holds the bars the
+    checkpoint's fingerprint records for instrument ``name``; else ``foreign_data``, why not, and
+    no label; unchanged when the checkpoint records no training data."""
+    if not trained_on:
+        return result
+    entry, why = training_entry(data, trained_on, name)
+    if entry is None:
+        result.foreign_data = f"these are not the bars the checkpoint's training read ({why}); no bar is labelled " \
+                              f"as training or hold-out"
+        return result
+    sample = split_bars(result.time[1:], [entry], name)  # the T scored bars
     if sample is None:
         return result
     result.sample = sample

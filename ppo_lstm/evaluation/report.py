@@ -48,6 +48,7 @@ def report_dict(result: BacktestResult) -> dict[str, Any]:
         "training_bars": result.training_bars,
         "training_period": None if result.training_period is None else list(result.training_period),
         "sample": None if result.sample is None else result.sample.as_dict(),
+        **({"foreign_data": result.foreign_data} if result.foreign_data else {}),
         "fee_bps": float(result.fee_bps),
         "slippage_bps": float(result.slippage_bps),
         "agent": result.agent.as_dict(),
@@ -116,6 +117,8 @@ def notes_of(result: BacktestResult) -> list[str]:
     """The report's lines on where trading starts (when later than asked) and on which of the
     bars training and the choice of ``best.pt`` read (:mod:`ppo_lstm.evaluation.samples`)."""
     notes = [result.late_start] if result.late_start else []
+    if result.foreign_data:
+        notes.append(result.foreign_data)
     return notes + ([] if result.sample is None else result.sample.lines())
 
 

@@ -13,16 +13,22 @@ each scored bar of a backtest is one of:
 * **earlier** (before ``train_first``): read by neither, but no later than what training read,
   so not a test on later data either.
 
-With several instruments, an instrument's own entry is used, else (a file the run did not
-train on) the span of all of them: the earliest ``train_first`` and the latest ``train_last``
-and ``last``.
+The labels are given only where the backtest's file holds the very bars the fingerprint
+records for its instrument (:func:`training_entry`: the same times, prices and feature values,
+by their SHA-256); on any other file no bar is labelled, and the report says once that these
+are not the bars training read.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
+
+from ..data_split import bars_sha256
+
+if TYPE_CHECKING:
+    from envs.data import MarketData
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,27 @@ class SampleSplit:
         count = (lambda n: f"all {n} bars are") if any(n == self.bars for n, _ in kinds) else \
             (lambda n: f"{n} of the {self.bars} bars {'is' if n == 1 else 'are'}")
         return [f"{count(n)} {text}" for n, text in kinds if n]
+
+
+def training_entry(data: MarketData, trained_on: list[dict], name: str) -> tuple[Optional[dict], str]:
+    """The fingerprint's entry of instrument ``name`` when ``data`` holds exactly the bars it records
+    (from its ``first`` bar on, ``bars`` of them, of the same SHA-256; a file that grew since still
+    does), else None and why not."""
+    own = [e for e in trained_on if e.get("name") == name]
+    if not own:
+        names = ", ".join(str(e.get("name")) for e in trained_on)
+        return None, f"the checkpoint's run trained on {names}, not on {name}"
+    entry = own[0]
+    try:
+        stamps = np.asarray(data.timestamps).astype("datetime64[ns]")
+        lo = int(np.searchsorted(stamps, np.datetime64(entry["first"], "ns")))
+        bars = int(entry["bars"])
+    except (KeyError, TypeError, ValueError):
+        return None, "the checkpoint's record of its training data is unreadable"
+    if lo + bars > len(stamps) or bars_sha256(data, lo, lo + bars) != entry.get("sha256"):
+        return None, (f"{name} does not hold the bars the checkpoint's run read ({bars} bars from "
+                      f"{_short(str(entry['first']))}): another file of the same name, or one edited since")
+    return entry, ""
 
 
 def split_bars(times: np.ndarray, trained_on: Optional[list[dict]], name: str) -> Optional[SampleSplit]:

@@ -19,17 +19,14 @@ itself is a change of settings (``run_state``), not checked here.
 """
 from __future__ import annotations
 
-import hashlib
 from typing import TYPE_CHECKING, Any, Optional, Sequence
-
-import numpy as np
 
 from envs.data.instruments import instrument_name
 
 from ..config.schema import TrainConfig
 from ..errors import UsageError
 from ..evaluation.backtest import iso_stamp
-from ..data_split import DataSplit
+from ..data_split import DataSplit, bars_sha256
 
 if TYPE_CHECKING:
     from envs.data import MarketData
@@ -42,17 +39,9 @@ COMPARED = ("bars", "first", "last", "sha256")
 def instrument_fingerprint(data: MarketData, split: DataSplit) -> dict[str, Any]:
     """One instrument's entry (the module docstring) for its selected bars ``split.lo..split.hi-1``."""
     lo, hi = split.lo, split.hi
-    digest = hashlib.sha256()
-    stamps = np.asarray(data.timestamps[lo:hi]).astype("datetime64[ns]").view(np.int64)
-    digest.update(np.ascontiguousarray(stamps).tobytes())
-    for column in (data.open, data.high, data.low, data.close, data.volume):
-        digest.update(np.ascontiguousarray(np.asarray(column[lo:hi], dtype=np.float64)).tobytes())
-    if data.features is not None and len(data.feature_names):
-        digest.update(",".join(map(str, data.feature_names)).encode())
-        digest.update(np.ascontiguousarray(np.asarray(data.features[lo:hi], dtype=np.float64)).tobytes())
     times = data.timestamps
     return {"name": instrument_name(data.source), "bars": hi - lo, "first": iso_stamp(times[lo]),
-            "last": iso_stamp(times[hi - 1]), "sha256": digest.hexdigest(), "train_first": iso_stamp(times[lo]),
+            "last": iso_stamp(times[hi - 1]), "sha256": bars_sha256(data, lo, hi), "train_first": iso_stamp(times[lo]),
             "train_last": iso_stamp(times[split.split - 1])}
 
 

@@ -106,6 +106,18 @@ def test_json_keys_equity_csv_and_buy_and_hold_by_hand(trained: Path) -> None:
     assert report["sample"] == {"earlier": 0, "training": 239 - lo, "selection_holdout": hi - 1 - 239,
                                 "out_of_sample": 0, "last_read": f"{prices['Date'][BARS - 1]}T00:00:00"}
 
+    # the same checkpoint on prices training never read, under the same name: no label, and one warning
+    other = trained / "other" / "prices.csv"
+    other.parent.mkdir(exist_ok=True)
+    frame = pd.read_csv(trained / "prices.csv")
+    frame[["Open", "High", "Low", "Close"]] = (frame[["Open", "High", "Low", "Close"]] * 1.01).round(2)
+    frame.to_csv(other, index=False)
+    result = evaluate_cli(trained, "--checkpoint", "checkpoints", "--data", str(other), "--json")
+    foreign = one_json(result)
+    assert foreign["sample"] is None and foreign["training_bars"] is None
+    assert "does not hold the bars the checkpoint's run read" in foreign["foreign_data"]
+    assert result.stderr.splitlines() == [f"warning: {foreign['foreign_data']}"]
+
     curve = pd.read_csv(trained / "eq.csv")
     assert list(curve.columns) == list(CSV_COLUMNS) and len(curve) == bars + 1
     assert curve["time"].iloc[0] == report["start"]  # the first decision bar
