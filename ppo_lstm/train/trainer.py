@@ -178,8 +178,7 @@ class Trainer:
                     next_value, next_start = self.rollout.bootstrap()  # [N]: V of the observation after the rollout
                     local = self.rollout.buffer.finish(next_value, next_start, c.gamma, c.gae_lambda)  # [T, N], GAE
                 with clock("gather"):  # the iteration's one collective: every rank's rollout and report
-                    batch, agreed = exchange(self.comm, local, self._report(records, seconds or time.perf_counter()
-                                                                            - tic))  # [T, N*W]
+                    batch, agreed = exchange(self.comm, local, self._report(records, seconds, tic))  # [T, N*W]
                 with clock("update"):
                     if self.world_size > 1:
                         self.guard.agree(s.update, agreed.bad_update_ranks)
@@ -189,15 +188,16 @@ class Trainer:
                 code = self._after_update(agreed, stats, skipped, finished)
                 if code is not None:
                     return code
-                c = self.config  # a --train-for fit sets the run's episodes
             return self._finish(start)
         finally:
             self.log.close()
 
-    def _report(self, records: np.ndarray, seconds: float) -> RankReport:
-        """What this rank tells the others in this iteration's collective."""
+    def _report(self, records: np.ndarray, seconds: Optional[float], tic: float) -> RankReport:
+        """What this rank tells the others in this iteration's collective (``seconds``: its previous
+        iteration's; the first time, this one's so far, since ``tic``)."""
+        now = time.perf_counter()
         return RankReport(records, self.steps * self.config.num_envs, self.state.rank_done, self.stop.signum or 0,
-                          seconds, self.guard.last_update_bad, self.budget.time_up(time.perf_counter() - self.started),
+                          seconds or now - tic, self.guard.last_update_bad, self.budget.time_up(now - self.started),
                           self.budget.proposal())
 
     def _after_update(self, agreed: Agreement, stats: UpdateStats, skipped: bool, finished: bool) -> Optional[int]:
