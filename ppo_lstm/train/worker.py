@@ -45,7 +45,7 @@ def train_worker(config: TrainConfig, worker: Worker, command: Optional[CommandL
     stop.install()
     lock: Optional[RunLock] = None
     found: Optional[tuple[str, dict[str, Any]]] = None
-    lines: list[str] = [command.note] if command.note else []
+    lines: list[str] = []  # rank 0's start-up notes of the run dir (what --overwrite moved)
     failure = ""
     if comm.rank == 0:  # step 1: rank 0 alone locks the run dir, then resumes or claims it
         try:
@@ -63,7 +63,7 @@ def train_worker(config: TrainConfig, worker: Worker, command: Optional[CommandL
                                found[0] if found else "the checkpoint")
             change = resolved.change_line()
             trainer = Trainer(resolved.config, worker, (Path(found[0]), found[1]) if found else None, stop,
-                              tuple(lines + ([change] if change else [])), resolved.plan)
+                              (*resolved.notes, *lines, *([change] if change else [])), resolved.plan)
             if comm.rank == 0:
                 save_run_config(resolved.config)
         except (UsageError, CheckpointError) as err:
