@@ -92,9 +92,9 @@ class TrainConfig:
                                   "with the time; its checkpoints record them", launch=True, metavar="DURATION")
     tensorboard: bool = setting(False, RUN, "also write TensorBoard curves to <checkpoint-dir>/tb (needs tensorboard)")
     # PPO
-    update_interval: Optional[int] = setting(None, PPO, f"transitions in one update's batch U, all workers together "
-                                                   f"(default: --rollout-steps of every env, so steps x --num-envs x "
-                                                   f"workers)")
+    update_interval: Optional[int] = setting(None, PPO, "transitions in one update's batch U, all workers together "
+                                                        "(default: --rollout-steps of every env, so steps x --num-envs "
+                                                        "x workers)")
     rollout_steps: Optional[int] = setting(None, PPO, f"steps of every env in one update's batch (default: {STEPS_PER_ENV}; "
                                                  f"{SHORT_STEPS} from {SHORT_FROM} to {FULL_FROM - 1} env sequences, "
                                                  f"envs x workers); --update-interval sets the batch instead")
