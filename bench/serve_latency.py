@@ -273,6 +273,8 @@ def main() -> None:
     parser.add_argument("--history", type=int, default=600, help="bars each stream is warmed on (default 600)")
     parser.add_argument("--calls", type=int, default=5, help="predict-ppo-lstm calls per route (default 5)")
     parser.add_argument("--only-imports", action="store_true", help="time the imports alone")
+    parser.add_argument("--in-process-repeats", type=int, default=1,
+                        help="runs of each in-process case, each its own row (a p99 of 1,000 bars moves run to run)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="serve-latency-"))
     load_before = Path("/proc/loadavg").read_text().split()[:3]
@@ -299,9 +301,15 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from ppo_lstm import TradingPolicy
 
     checkpoint, model, frame = make_model(work, args.history + args.bars)
-    rows: dict[str, Callable[[], dict[str, Any]]] = {
-        "in-process TradingPolicy, torch": lambda: in_process(TradingPolicy.load(checkpoint), frame, args.history),
-        "in-process TradingPolicy, ONNX": lambda: in_process(TradingPolicy.from_onnx(model), frame, args.history),
+    runs = args.in_process_repeats
+    named = (lambda case, k: case if runs == 1 else f"{case}, run {k + 1} of {runs}")
+    rows: dict[str, Callable[[], dict[str, Any]]] = {}
+    for k in range(runs):
+        rows[named("in-process TradingPolicy, torch", k)] = \
+            lambda: in_process(TradingPolicy.load(checkpoint), frame, args.history)
+        rows[named("in-process TradingPolicy, ONNX", k)] = \
+            lambda: in_process(TradingPolicy.from_onnx(model), frame, args.history)
+    rows.update({
         "HTTP, 1 session, fsync per bar": lambda: http_one(model, frame, args.history, work, True),
         "HTTP, 1 session, --no-fsync": lambda: http_one(model, frame, args.history, work, False),
         "HTTP, 1 session, --no-fsync, minimal client": lambda: http_raw(model, frame, args.history, 1, work),
@@ -312,7 +320,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "predict-ppo-lstm --state per call, --checkpoint": lambda: predict_calls(["--checkpoint", str(checkpoint)],
                                                                                  frame, args.history, args.calls,
                                                                                  work),
-    }
+    })
     results = {name: case() for name, case in rows.items()}
     imports = {name: import_cpu(code) for name, code in IMPORTS.items()}
     return {"bench": "serve_latency", "machine": machine(), "torch": torch.__version__, "bars": args.bars,
@@ -329,9 +337,9 @@ def show(report: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"{report['machine']}; torch {report['torch']} (one thread); a default-size policy (window 32, EMA 500, "
           f"hidden 64, LSTM 64), warmed on {args.history} bars")
     print(f"load average (1, 5, 15 min) {' '.join(before)} before, {' '.join(after)} after")
-    print(f"{'case':<52}{'p50 ms':>9}{'p99 ms':>9}{'n':>8}")
+    print(f"{'case':<64}{'p50 ms':>9}{'p99 ms':>9}{'n':>8}")
     for name, row in report["rows"].items():
-        print(f"{name:<52}{row['p50_ms']:>9.3f}{row['p99_ms']:>9.3f}{row['n']:>8}")
+        print(f"{name:<64}{row['p50_ms']:>9.3f}{row['p99_ms']:>9.3f}{row['n']:>8}")
     many = next(row for name, row in report["rows"].items() if "sessions at once" in name)
     print(f"load: {args.sessions} sessions x {args.bars} bars in {many['seconds']:.1f} s ({many['bars_per_s']:.0f} "
           f"bars/s, {many['server_cpu_ms_per_bar']:.2f} ms of server CPU a bar), {many['errors']} errors; server "
