@@ -251,8 +251,12 @@ class BatchPlan:
         the share saves (docs/distributed.md)."""
         if self.world_size == 1 or mode == "off":
             return False
-        share_of_smallest = self.steps * (self.sequences // self.minibatches // self.world_size)
-        return mode == "on" or share_of_smallest >= SHARD_FROM
+        return mode == "on" or self.share_transitions >= SHARD_FROM
+
+    @property
+    def share_transitions(self) -> int:
+        """The transitions of one worker's share of the smallest minibatch."""
+        return self.steps * (self.sequences // self.minibatches // self.world_size)
 
     @property
     def sequences(self) -> int:

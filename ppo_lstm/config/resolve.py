@@ -29,10 +29,6 @@ class Resolved:
     notes: tuple[str, ...]
     changes: Optional[tuple[str, ...]]
 
-    @property
-    def world_size(self) -> int:
-        return self.plan.world_size
-
     def change_line(self) -> Optional[str]:
         """The start-up line on what a resume changed; None for a fresh run."""
         if self.changes is None:

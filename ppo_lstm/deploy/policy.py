@@ -193,20 +193,21 @@ class TradingPolicy(StreamReadouts):
                              f"(call reset() first)")
         self._chain.start_ns = None if start is None else int(parse_start(start).view(np.int64))
 
-    def warm_up(self, source: Source, start: Optional[str] = None, date_format: Optional[str] = None
-                ) -> Optional[Decision]:
+    def warm_up(self, source: Source, start: Optional[str] = None, date_format: Optional[str] = None,
+                warn: bool = True) -> Optional[Decision]:
         """Start a fresh stream on past bars: a ``MarketData``, a DataFrame or a data file.
 
         Returns the decision for the bar after the last one (None: no bar at or after
         ``start``, fewer than ``window + 1`` bars in all, or a feature column not defined
         yet). Resets the stream first. A history too short for the EMAs to forget their start
-        is warned of (:class:`ShortHistoryWarning`; its text stays in :attr:`warm_up_warning`)."""
+        is warned of (:class:`ShortHistoryWarning`, unless ``warn`` is False; its text stays in
+        :attr:`warm_up_warning` either way)."""
         data = as_market_data(source, date_format, self.spec.features)
         self.reset()
         self.begin(start)
         decision = self.feed(data)
         self.warm_up_warning = short_history(self.spec.ema_spans, len(data))
-        if self.warm_up_warning is not None:
+        if self.warm_up_warning is not None and warn:
             warnings.warn(self.warm_up_warning, ShortHistoryWarning, stacklevel=2)
         return decision
 

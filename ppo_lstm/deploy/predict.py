@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import sys
-import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -38,7 +37,7 @@ import numpy as np
 from ..config.flags import add_config_options, settings_or_exit
 from ..errors import EXIT_USAGE, OneLineParser, Switch, UsageError, one_line
 from .bars import check_start
-from .policy import Decision, ShortHistoryWarning, TradingPolicy, as_market_data, parse_start
+from .policy import Decision, TradingPolicy, as_market_data, parse_start
 from .state import STATE_VERSION, state_lock
 from .times import iso
 
@@ -143,9 +142,7 @@ def _run(args: argparse.Namespace) -> tuple[TradingPolicy, Decision, int]:
             raise UsageError("--fill reports the fill of a decision a --state file holds; pass the --state of "
                              "the call that took it")
         check_start(data, args.start)  # a bar at or after --start
-        with warnings.catch_warnings():  # said in one line below, not as a Python warning
-            warnings.simplefilter("ignore", ShortHistoryWarning)
-            decision = policy.warm_up(data, args.start)
+        decision = policy.warm_up(data, args.start, warn=False)  # said in one line below
         new = len(data)
     if decision is None:
         raise too_few(policy, str(args.data), policy.bars)

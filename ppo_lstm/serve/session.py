@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import threading
-import warnings
 from typing import Any, Callable, Optional
 
 import numpy as np
 
 from ..deploy.bars import bar_time_ns, check_start, feature_row
-from ..deploy.policy import ShortHistoryWarning, TradingPolicy
+from ..deploy.policy import TradingPolicy
 from ..deploy.predict import too_few
 from ..deploy.state import bar_records, read_state_file, sealed_file
 from ..deploy.times import iso as _iso
@@ -53,10 +52,8 @@ class Session:
         spec = policy.spec
         data = history_data(request.bars, spec.features)
         check_start(data, request.start)  # a bar at or after start, as predict requires
-        with warnings.catch_warnings():  # the answer says it (warm_up_warning)
-            warnings.simplefilter("ignore", ShortHistoryWarning)
-            if policy.warm_up(data, request.start) is None:
-                raise too_few(policy, "the history", policy.bars)
+        if policy.warm_up(data, request.start, warn=False) is None:  # the answer says it (warm_up_warning)
+            raise too_few(policy, "the history", policy.bars)
         prev = chain_before_last(data, spec.features, policy.env.features)
         entry = {"name": name, "prev_digest": prev.hex(), "max_gap_ns": widest_gap_ns(data), "gap": None,
                  "warm_up_warning": policy.warm_up_warning}

@@ -58,7 +58,7 @@ def startup_lines(config: TrainConfig, plan: BatchPlan, rank: int, state: RunSta
 
 def update_split_line(plan: BatchPlan, mode: str) -> str:
     """How the workers split each update (``--shard-update``)."""
-    share = plan.steps * (plan.sequences // plan.minibatches // plan.world_size)
+    share = plan.share_transitions
     if plan.shards_update(mode):
         return (f"Update: each of the {plan.world_size} workers computes the gradient of its share of every "
                 f"minibatch (about {share} transitions), one sum per gradient step (--shard-update {mode})")
