@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
-from envs.data.features import FEATURE_WINDOW, SAVED_FEATURE_WINDOW, parse_feature_names
+from envs.data.features import (FEATURE_WINDOW, MAX_FEATURE_WINDOW, MIN_FEATURE_WINDOW, SAVED_FEATURE_WINDOW,
+                                canonical_feature_window, parse_feature_names, parse_feature_windows)
 from envs.ema_deviation import DEFAULT_EMA_SPANS, NO_SPANS, parse_ema_spans
 
 MARKETS: tuple[str, ...] = ("gbm", "ou", "regime", "jump", "garch", "mixed")
-MIN_FEATURE_WINDOW, MAX_FEATURE_WINDOW = 2, 65_536  # a z-score needs 2 values; the rolling sums cost window x bars
+__all__ = ["EnvConfig", "MARKETS", "MAX_FEATURE_WINDOW", "MIN_FEATURE_WINDOW", "make_config"]
 
 
 @dataclass
@@ -42,10 +43,12 @@ class EnvConfig:
                           "causal rolling z-score, clipped (docs/data.md); leading NaN rows (a warm-up) are allowed"},
     )
 
-    feature_window: int = field(
+    feature_window: Union[str, int] = field(  # text on the command line; saved as an int for one window
         default=FEATURE_WINDOW,
-        metadata={"help": "bars of each --features column's rolling mean and std (its z-score); longer keeps more "
-                          "of a slow column's level, shorter adapts sooner to a change in its scale (docs/data.md)"},
+        metadata={"help": "N[,N...]: bars of each --features column's rolling mean and std (its z-score); longer "
+                          "keeps more of a slow column's level, shorter adapts sooner to a change in its scale; "
+                          "several windows, in increasing order, give each column one z-score per window "
+                          "(docs/data.md)"},
     )
 
     ema_spans: Optional[str] = field(
@@ -58,6 +61,8 @@ class EnvConfig:
     def __post_init__(self) -> None:
         if self.ema_spans is not None and str(self.ema_spans).strip().lower() in NO_SPANS:
             self.ema_spans = None  # --ema-spans none, "" and None are one setting: saved, compared and shown as none
+        # "512" and 512 are one setting (an int, as before several windows existed); "256, 1024" is "256,1024"
+        self.feature_window = canonical_feature_window(self.feature_window)
 
     @property
     def num_actions(self) -> int:
@@ -70,6 +75,16 @@ class EnvConfig:
         return parse_feature_names(self.features)
 
     @property
+    def feature_windows(self) -> tuple[int, ...]:
+        """The ``--feature-window`` windows, in increasing order (one by default)."""
+        return parse_feature_windows(self.feature_window)
+
+    @property
+    def num_feature_entries(self) -> int:
+        """Observation entries of the ``--features`` columns: one per column and window."""
+        return len(self.feature_names) * len(self.feature_windows)
+
+    @property
     def spans(self) -> tuple[int, ...]:
         """The ``--ema-spans``, in order (``()`` without them)."""
         return parse_ema_spans(self.ema_spans)
@@ -77,8 +92,8 @@ class EnvConfig:
     @property
     def obs_dim(self) -> int:
         """Observation length: window returns + position, unrealised PnL, time in position + features
-        + EMA deviations."""
-        return self.window + 3 + len(self.feature_names) + len(self.spans)
+        (columns x windows) + EMA deviations."""
+        return self.window + 3 + self.num_feature_entries + len(self.spans)
 
     def validate(self) -> None:
         """Raise ValueError with a one-line, fix-it message for an impossible setting."""
@@ -97,10 +112,8 @@ class EnvConfig:
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
         parse_feature_names(self.features)
-        if not MIN_FEATURE_WINDOW <= self.feature_window <= MAX_FEATURE_WINDOW:
-            raise ValueError(f"--feature-window must be {MIN_FEATURE_WINDOW} to {MAX_FEATURE_WINDOW} bars, "
-                             f"got {self.feature_window}")
-        if self.feature_window not in (FEATURE_WINDOW, SAVED_FEATURE_WINDOW) and not self.feature_names:
+        windows = parse_feature_windows(self.feature_window)
+        if windows not in ((FEATURE_WINDOW,), (SAVED_FEATURE_WINDOW,)) and not self.feature_names:
             # (256, the default before 1,024, is what older versions' saved config files name)
             raise ValueError(f"--feature-window {self.feature_window} sets the z-score window of --features columns, "
                              f"and none are named; pass --features too, or drop --feature-window")

@@ -1,7 +1,7 @@
 """Observations: the normalised-return window and the position, PnL and time features.
 
 Observation at bar ``t`` (decision ``j = t - W``), [W+3+F+E] float32 (F: the ``--features``
-columns, E: the ``--ema-spans``, 0 without them):
+columns times the ``--feature-window`` windows, E: the ``--ema-spans``, 0 without them):
 
 * ``[0:W]``  log returns of close for bars ``t-W+1..t``, each divided by the RMS
   of the ``W`` returns ending at that bar (for an episode's first ``W`` bars: of
@@ -18,7 +18,8 @@ columns, E: the ``--ema-spans``, 0 without them):
   continuous backtest (``ppo_lstm.evaluation.backtest``) passes the training episode length, so
   a position held longer than a training episode reads 1, as at a training episode's
   end. In training (scale = episode length, position age <= L) nothing is clipped.
-* ``[W+3:W+3+F]`` the ``--features`` columns' z-scores at bar ``t`` (``envs.data.features``);
+* ``[W+3:W+3+F]`` the ``--features`` columns' z-scores at bar ``t``, column ``j``'s over window ``k``
+  (of K) at ``W+3 + j*K + k`` (``envs.data.features.stacked_zscores``);
 * ``[W+3+F:]`` one entry per ``--ema-spans`` span: the log close's deviation from its EMA
   at bar ``t``, as a z-score (``envs.ema_deviation``; E entries, 0 without spans);
 
@@ -52,7 +53,7 @@ RMS_FLOOR = 1e-12  # floor of the RMS
 
 def observation_space(config: EnvConfig) -> gym.spaces.Box:
     """Box [W+3+F+E] float32 with the bounds of the layout above."""
-    w, f, e = config.window, len(config.feature_names), len(config.spans)
+    w, f, e = config.window, config.num_feature_entries, len(config.spans)
     low = np.concatenate([np.full(w, -RETURN_CLIP), [-1.0, -UPNL_CLIP, 0.0], np.full(f, -FEATURE_CLIP),
                           np.full(e, -EMA_CLIP)])
     high = np.concatenate([np.full(w, RETURN_CLIP), [1.0, UPNL_CLIP, 1.0], np.full(f, FEATURE_CLIP),
@@ -139,7 +140,7 @@ class Observer:
         self._rows = np.arange(n)
         self._win_item = np.dtype(f"V{4 * W}")  # one window as a raw item: one memcpy-like move per env
         self._feat = np.empty((3, n))  # columns W..W+2 in float64, then one cast copy
-        self.F = len(config.feature_names) + len(config.spans)  # feature columns, then EMA deviations
+        self.F = config.num_feature_entries + len(config.spans)  # feature columns' z-scores, then EMA deviations
         self.feat = np.zeros((n, L + 1, self.F), np.float32)  # [N, L+1, F+E]: decision j's at [:, j]
 
     def observe(self, ledger: Ledger, t: np.ndarray, t0: int, rows: np.ndarray | None = None) -> np.ndarray:

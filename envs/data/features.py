@@ -8,7 +8,7 @@ carries the memory of earlier bars).
 The rule, for one column ``x`` and bar ``b`` (the same in training, in every
 backtest and bar by bar in :class:`FeatureNormaliser`)::
 
-    values  = the defined values of x at bars max(0, b - N + 1) .. b   (N = --feature-window, FEATURE_WINDOW by default)
+    values  = the defined values of x at bars max(0, b - N + 1) .. b   (N: a --feature-window, FEATURE_WINDOW by default)
     c       = how many there are (1..N: fewer only in the column's first N - 1 defined bars)
     mean    = sum(values) / c,  summed from bar b backwards
     std     = sqrt(sum((values - mean) ** 2) / c),  summed the same way (population std)
@@ -21,6 +21,11 @@ Every defined value must be 0 or of a magnitude within [FEATURE_MIN_ABS, FEATURE
 beyond that, ``(x - mean) ** 2`` overflows float64 (or underflows to 0). The loader refuses
 such a value, naming file, column and row; as z is the same for ``x`` and ``x * k`` (k > 0),
 rescaling the column fixes it without changing what the agent sees.
+
+Several windows (``--feature-window 256,1024,4096``) give each column one z-score per window:
+:func:`stacked_zscores` puts column ``j``'s z-score over window ``k`` (of K) at entry ``j * K + k``,
+the columns in ``--features`` order and, within one, the windows in increasing order. One window
+is the plain :func:`feature_zscores`.
 
 "Defined" means not NaN: a column may start with NaN rows (an indicator's warm-up),
 which count as absent; the loader refuses a NaN, inf or text value after a column's
@@ -37,7 +42,7 @@ file and :class:`FeatureNormaliser` fed bar by bar give bit-identical float32 re
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -50,6 +55,7 @@ STD_FLOOR_ABS = 0.0  # no absolute floor: a column of tiny values is scaled like
 FEATURE_MAX_ABS = 1e150
 FEATURE_MIN_ABS = 1e-150
 _CHUNK = 8192  # rows normalised at once (bounds the float64 scratch)
+MIN_FEATURE_WINDOW, MAX_FEATURE_WINDOW = 2, 65_536  # a z-score needs 2 values; the rolling sums cost window x bars
 
 
 def parse_feature_names(text: str | None) -> tuple[str, ...]:
@@ -66,6 +72,44 @@ def parse_feature_names(text: str | None) -> tuple[str, ...]:
             raise ValueError(f"--features names the column {name!r} twice; name each column once")
         seen[name.lower()] = name
     return names
+
+
+def parse_feature_windows(value: int | str | None) -> tuple[int, ...]:
+    """``1024`` or ``"256,1024,4096"`` -> the windows ``(256, 1024, 4096)``; None -> ``(FEATURE_WINDOW,)``.
+    ValueError (one fix-it line) for a window out of range, given twice or out of increasing order."""
+    if value is None:
+        return (FEATURE_WINDOW,)
+    parts = [value] if isinstance(value, int) and not isinstance(value, bool) else str(value).split(",")
+    windows: list[int] = []
+    for part in parts:
+        try:
+            window = int(str(part).strip())
+        except ValueError:
+            raise ValueError(f"--feature-window {value!r}: {str(part).strip()!r} is not a whole number of bars; "
+                             f"write N or N,N,... in increasing order, e.g. 1024 or 256,1024,4096") from None
+        if not MIN_FEATURE_WINDOW <= window <= MAX_FEATURE_WINDOW:
+            raise ValueError(f"--feature-window must be {MIN_FEATURE_WINDOW} to {MAX_FEATURE_WINDOW} bars, got {window}")
+        if window in windows:
+            raise ValueError(f"--feature-window {value!r} gives the window {window} twice; give each window once")
+        windows.append(window)
+    if windows != sorted(windows):
+        raise ValueError(f"--feature-window {value!r}: give the windows in increasing order, "
+                         f"{','.join(map(str, sorted(windows)))}")
+    return tuple(windows)
+
+
+def feature_window_setting(windows: Sequence[int]) -> int | str:
+    """The ``feature_window`` setting of ``windows``: one window as its int, several as ``"256,1024,4096"``."""
+    return int(windows[0]) if len(windows) == 1 else ",".join(str(int(w)) for w in windows)
+
+
+def canonical_feature_window(value: Any) -> Any:
+    """``value`` as the setting saves it (:func:`feature_window_setting`: ``"512"`` -> 512,
+    ``" 256, 1024"`` -> ``"256,1024"``); a value that does not parse is left for validation to refuse."""
+    try:
+        return feature_window_setting(parse_feature_windows(value))
+    except (TypeError, ValueError):
+        return value
 
 
 def _window_stats(values: np.ndarray, defined: np.ndarray, window: int, terms: int
@@ -124,6 +168,20 @@ def feature_zscores(values: np.ndarray, window: int = FEATURE_WINDOW, last: int 
     return out
 
 
+def stacked_zscores(values: np.ndarray, windows: Sequence[int], last: int | None = None) -> np.ndarray:
+    """:func:`feature_zscores` over each of ``windows`` (K of them) for raw columns ``values [n, F]``:
+    ``[n, F * K]`` float32 (``[last, F * K]`` with ``last``), column ``j``'s window ``k`` at ``j * K + k``.
+    One window: :func:`feature_zscores` itself."""
+    if len(windows) == 1:
+        return feature_zscores(values, windows[0], last)
+    k = len(windows)
+    parts = [feature_zscores(values, window, last) for window in windows]  # K x [m, F]
+    out = np.empty((parts[0].shape[0], parts[0].shape[1] * k), np.float32)
+    for i, part in enumerate(parts):
+        out[:, i::k] = part
+    return out
+
+
 def _zscore(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
     flat = std <= STD_FLOOR_REL * np.abs(mean) + STD_FLOOR_ABS
     z = (x - mean) / np.where(flat, 1.0, std)
@@ -150,17 +208,18 @@ def first_defined_bar(values: np.ndarray | None) -> int:
 
 
 class FeatureNormaliser:
-    """The same rule bar by bar, for a live feed: ``update(raw [F]) -> z [F]`` float32.
+    """The same rule bar by bar, for a live feed: ``update(raw [F]) -> z [F * K]`` float32.
 
-    Keeps the last ``window`` raw rows; ``update`` gives exactly what
-    :func:`feature_zscores` gives for that bar of a file holding the same rows
-    (NaN while a column has not been defined yet).
+    ``window``: one window or K of them (:func:`stacked_zscores`' layout). Keeps the last
+    ``max(windows)`` raw rows; ``update`` gives exactly what :func:`stacked_zscores` gives for
+    that bar of a file holding the same rows (NaN while a column has not been defined yet).
     """
 
-    def __init__(self, num_features: int, window: int = FEATURE_WINDOW) -> None:
-        self.window = window
+    def __init__(self, num_features: int, window: int | Sequence[int] = FEATURE_WINDOW) -> None:
+        self.windows = (int(window),) if isinstance(window, (int, np.integer)) else tuple(map(int, window))
+        self.window = max(self.windows)
         self.num_features = num_features
-        self._rows: deque[np.ndarray] = deque(maxlen=window)
+        self._rows: deque[np.ndarray] = deque(maxlen=self.window)
 
     def update(self, raw: Sequence[float] | np.ndarray) -> np.ndarray:
         """ValueError for a value :func:`out_of_range`."""
@@ -175,13 +234,13 @@ class FeatureNormaliser:
 
     def extend(self, rows: Iterable[Sequence[float]]) -> np.ndarray:
         """Feed several bars (oldest first); returns the last one's z."""
-        out = np.full(self.num_features, np.nan, np.float32)
+        out = np.full(self.num_features * len(self.windows), np.nan, np.float32)
         for row in rows:
             out = self.update(row)
         return out
 
     def current(self) -> np.ndarray:
-        """z [F] of the newest bar fed (NaN before any)."""
+        """z [F * K] of the newest bar fed (NaN before any)."""
         if not self._rows:
-            return np.full(self.num_features, np.nan, np.float32)
-        return feature_zscores(np.stack(list(self._rows)), self.window, last=1)[-1]
+            return np.full(self.num_features * len(self.windows), np.nan, np.float32)
+        return stacked_zscores(np.stack(list(self._rows)), self.windows, last=1)[-1]

@@ -25,19 +25,21 @@ from envs.observation import normalised_returns, rolling_rms
 if TYPE_CHECKING:
     from envs.data import MarketData
 
-Key = tuple[int, int, tuple[str, ...], int, tuple[int, ...]]
+Key = tuple[int, int, tuple[str, ...], tuple[int, ...], tuple[int, ...]]  # feature_window: its windows
 _KEPT_PER_FILE = 4  # settings kept per file: a run uses one or two (training span, hold-out span)
 _CACHE: "weakref.WeakKeyDictionary[MarketData, dict[Key, tuple[np.ndarray, Optional[np.ndarray]]]]" = \
     weakref.WeakKeyDictionary()
 
 
-def file_columns(data: MarketData, hi: int, window: int, names: tuple[str, ...], feature_window: int,
+def file_columns(data: MarketData, hi: int, window: int, names: tuple[str, ...], feature_window: int | tuple[int, ...],
                  spans: tuple[int, ...]) -> tuple[np.ndarray, Optional[np.ndarray]]:
     """``(z, f)`` of ``data``'s bars ``0..hi-1``, both read-only: ``z`` ``[n]`` float32, bar b's
-    normalised return (``window`` bars) at ``b - 1`` and zeros from ``hi - 1`` on; ``f`` ``[n, F]``
-    float32, the ``names`` columns' z-scores over ``feature_window`` rows, then the deviations from
-    the EMAs of ``spans``, zeros from ``hi`` on (None without either)."""
+    normalised return (``window`` bars) at ``b - 1`` and zeros from ``hi - 1`` on; ``f`` ``[n, F * K + E]``
+    float32, the ``names`` columns' z-scores over the K ``feature_window`` windows (one int: K = 1), in
+    ``envs.data.features.stacked_zscores``' order, then the deviations from the EMAs of ``spans``, zeros
+    from ``hi`` on (None without either)."""
     kept = _CACHE.setdefault(data, {})
+    feature_window = (feature_window,) if isinstance(feature_window, int) else tuple(feature_window)
     key = (hi, window, names, feature_window, spans)
     if key not in kept:
         n = len(data.close)
@@ -75,7 +77,7 @@ def _prefix(full: np.ndarray, rows: int) -> np.ndarray:
     return out
 
 
-def _compute(data: MarketData, hi: int, window: int, names: tuple[str, ...], feature_window: int,
+def _compute(data: MarketData, hi: int, window: int, names: tuple[str, ...], feature_window: int | tuple[int, ...],
              spans: tuple[int, ...]) -> tuple[np.ndarray, Optional[np.ndarray]]:
     o = np.ascontiguousarray(data.open, dtype=np.float64)
     c = np.ascontiguousarray(data.close, dtype=np.float64)
@@ -84,12 +86,15 @@ def _compute(data: MarketData, hi: int, window: int, names: tuple[str, ...], fea
     z.flags.writeable = False
     if not (names or spans):
         return z, None
-    f = np.zeros((len(c), len(names) + len(spans)), np.float32)
+    windows = (feature_window,) if isinstance(feature_window, int) else tuple(feature_window)
+    k, entries = len(windows), len(names) * len(windows)
+    f = np.zeros((len(c), entries + len(spans)), np.float32)
     if names:
         assert data.features is not None
-        f[:hi, :len(names)] = feature_zscores(data.features[:hi], feature_window)
+        for i, one in enumerate(windows):  # column j's window i at j * k + i, as stacked_zscores lays them
+            f[:hi, i:entries:k] = feature_zscores(data.features[:hi], one)
     if spans:
         rms = rolling_rms(c[:hi], window)[:, None]
-        f[:hi, len(names):] = ema_deviations(o[:1], c[:hi, None], rms, window, spans)[:, 0]
+        f[:hi, entries:] = ema_deviations(o[:1], c[:hi, None], rms, window, spans)[:, 0]
     f.flags.writeable = False
     return z, f

@@ -64,7 +64,7 @@ class HistoricalMarket(Market):
         if len(spans) != len(files):
             raise ValueError(f"got {len(spans)} spans for {len(files)} data files")
         names, ema_spans = config.feature_names, config.spans
-        self._nfeat = len(names) + len(ema_spans)  # the feature columns' z-scores, then the EMA deviations
+        self._nfeat = config.num_feature_entries + len(ema_spans)  # the columns' z-scores, then the EMA deviations
         F, decisions = self._nfeat, self.bars - self.W  # L+1 decision bars per episode
         opens, closes, zs, fs, self.base, los, tops = [], [], [], [], [], [], []
         base = 0
@@ -73,7 +73,7 @@ class HistoricalMarket(Market):
             o = np.ascontiguousarray(one.open, dtype=np.float64)
             c = np.ascontiguousarray(one.close, dtype=np.float64)
             # bar b's normalised return at b-1 (zeros past hi-1), and its features; once per file and setting
-            zdata, fz = file_columns(one, hi, self.W, tuple(names), config.feature_window, tuple(ema_spans))
+            zdata, fz = file_columns(one, hi, self.W, tuple(names), config.feature_windows, tuple(ema_spans))
             opens.append(o), closes.append(c), zs.append(zdata)
             if F:
                 fs.append(fz)

@@ -11,7 +11,8 @@ earlier runs trained with, takes a new format and a step of the chain.
 Format 1 is every file written before the number was read. Its meaning is inferred, here
 and only here, from the keys it holds: a setting the writing version lacked is what its run
 trained with, not today's default, and the batch rule it trained under follows from
-whether it held ``rollout_steps`` (``ppo_lstm.config.plan.RULES``).
+whether it held ``rollout_steps`` (``ppo_lstm.config.plan.RULES``). Format 3 lets
+``feature_window`` name several windows (text); format 2's single window reads as it is.
 """
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from envs.data.features import FEATURE_WINDOW, SAVED_FEATURE_WINDOW
 from ..errors import UsageError
 from .plan import SAVED_RATE_CAP
 
-CHECKPOINT_FORMAT = 2  # what this version writes into a checkpoint's "format"
-SETTINGS_FORMAT = 2  # ... and beside saved settings elsewhere ("settings_format")
+CHECKPOINT_FORMAT = 3  # what this version writes into a checkpoint's "format"
+SETTINGS_FORMAT = 3  # ... and beside saved settings elsewhere ("settings_format")
 # Format 1, a setting the writing version lacked: what its runs trained with. Before --cost-warmup,
 # full costs; before --rate-cap, rates capped at x8; before --ema-spans, no EMA deviations; before
 # --feature-window, 256 bars.
@@ -59,9 +60,29 @@ def checkpoint_v1_to_v2(state: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-SETTINGS_CHAIN: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: settings_v1_to_v2}
-ENV_CHAIN: dict[int, Callable[[Any], dict[str, Any]]] = {1: env_v1_to_v2}
-CHECKPOINT_CHAIN: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: checkpoint_v1_to_v2}
+def env_v2_to_v3(env: Any) -> Any:
+    """A format-2 env dict in format 3, whose ``feature_window`` may also be text naming several windows
+    (``"256,1024,4096"``): format 2's is one window, an int, which format 3 reads as it is."""
+    return dict(env) if isinstance(env, dict) else env
+
+
+def settings_v2_to_v3(values: dict[str, Any]) -> dict[str, Any]:
+    """Format-2 settings in format 3 (:func:`env_v2_to_v3` of their env)."""
+    return {**values, "env": env_v2_to_v3(values["env"])} if "env" in values else dict(values)
+
+
+def checkpoint_v2_to_v3(state: dict[str, Any]) -> dict[str, Any]:
+    """A format-2 checkpoint in format 3: its settings (:func:`settings_v2_to_v3`), nothing else changes."""
+    out = {**state, "format": 3}
+    if isinstance(state.get("config"), dict):
+        out["config"] = settings_v2_to_v3(state["config"])
+    return out
+
+
+SETTINGS_CHAIN: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: settings_v1_to_v2, 2: settings_v2_to_v3}
+ENV_CHAIN: dict[int, Callable[[Any], Any]] = {1: env_v1_to_v2, 2: env_v2_to_v3}
+CHECKPOINT_CHAIN: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: checkpoint_v1_to_v2,
+                                                                            2: checkpoint_v2_to_v3}
 
 
 def _version(value: Any, newest: int, what: str) -> int:

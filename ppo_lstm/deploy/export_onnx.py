@@ -117,6 +117,7 @@ def main(argv: Optional[list[str]] = None, prog: Optional[str] = None) -> int:
         return EXIT_USAGE
     env = config.env
     features = f", features {','.join(env.feature_names)}" if env.feature_names else ""
+    features += f" over windows {env.feature_window}" if env.feature_names and len(env.feature_windows) > 1 else ""
     features += f", EMA spans {','.join(map(str, env.spans))}" if env.spans else ""
     print(f"wrote {target}: observation {env.obs_dim} (window {env.window}{features}), LSTM {config.lstm_size}, "
           f"{env.num_actions} actions (max position {env.max_position}), from {path} (fingerprint {fingerprint[:12]})")

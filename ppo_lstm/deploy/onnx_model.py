@@ -16,7 +16,7 @@ the spans of the EMA deviations that follow them: the training ``--ema-spans``, 
 without; a model written before the key existed reads as ``[]``), the observation layout
 and its constants (``return_clip``, ``rms_floor``, ``upnl_scale``, ``upnl_clip``,
 ``time_scale``, the feature columns' normalisation: ``feature_window`` (the training
-``--feature-window``), ``feature_clip``, ``feature_std_floor_rel``, ``feature_std_floor_abs``, and the EMA
+``--feature-window``: ``1024``, or ``256,1024,4096`` for several windows), ``feature_clip``, ``feature_std_floor_rel``, ``feature_std_floor_abs``, and the EMA
 deviations' ``ema_clip``), the sizes, and the checkpoint's ``fingerprint``. The layout
 is ``envs.observation``'s; ``OnnxStep`` refuses a model whose constants are not this
 version's (the feature constants are checked only for a model that reads features, the
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from envs.config import EnvConfig
-from envs.data.features import FEATURE_CLIP, STD_FLOOR_ABS, STD_FLOOR_REL
+from envs.data.features import FEATURE_CLIP, STD_FLOOR_ABS, STD_FLOOR_REL, feature_window_setting
 from envs.ema_deviation import EMA_CLIP
 from envs.observation import RMS_FLOOR, RETURN_CLIP, UPNL_CLIP, UPNL_SCALE
 
@@ -59,7 +59,9 @@ OBSERVATION_LAYOUT = (
     "[W+2] bars held in the current position / time_scale, clipped at 1; [W+3+j] the data's column features[j] "
     "as a rolling z-score over the feature_window bars ending at the bar (float64: mean and population std of "
     "the column's defined, non-NaN, values among them), (x - mean) / std clipped to +-feature_clip, 0 where std "
-    "<= feature_std_floor_rel * |mean| + feature_std_floor_abs; the first decision is at or after the first bar "
+    "<= feature_std_floor_rel * |mean| + feature_std_floor_abs; with several windows (feature_window N1,N2,..., "
+    "K of them, increasing) column j has K such entries, [W+3+j*K+i] over the last Ni bars, and each F below "
+    "counts len(features) * K entries; the first decision is at or after the first bar "
     "where every feature column is defined; [W+3+F+k] (F = len(features)) the log close's deviation from its "
     "EMA of span ema_spans[k], a z-score: alpha = 2 / (span + 1), a = 1 - alpha; level = log open of the data's "
     "first bar, then level = level * a + log close * alpha at every bar (float64); (log close - level) * sqrt(1 - a^2) "
@@ -80,9 +82,9 @@ def ema_constants() -> dict[str, str]:
     return {"ema_clip": repr(EMA_CLIP)}
 
 
-def feature_constants(window: int) -> dict[str, str]:
+def feature_constants(window: int | str) -> dict[str, str]:
     """The feature columns' normalisation constants (``envs.data.features``), as this version applies them
-    with a ``--feature-window`` of ``window`` bars."""
+    with the ``--feature-window`` setting ``window`` (``1024``, or ``"256,1024,4096"``)."""
     return {"feature_window": str(window), "feature_clip": repr(FEATURE_CLIP),
             "feature_std_floor_rel": repr(STD_FLOOR_REL), "feature_std_floor_abs": repr(STD_FLOOR_ABS)}
 
@@ -102,7 +104,7 @@ def metadata(env: EnvConfig, hidden_size: int, lstm_size: int, fingerprint: str,
         "observation": OBSERVATION_LAYOUT,
         "obs_dim": str(env.obs_dim), "num_actions": str(env.num_actions), "hidden_size": str(hidden_size),
         "lstm_size": str(lstm_size), **constants(), "time_scale": str(env.episode_length),
-        **feature_constants(env.feature_window),
+        **feature_constants(feature_window_setting(env.feature_windows)),
         **ema_constants(),
         "inputs": "observation [B, obs_dim] float32; h [B, lstm_size] float32; c [B, lstm_size] float32 "
                   "(zeros at the first decision, then the previous h_next, c_next)",
@@ -135,7 +137,7 @@ def spec_of(meta: dict[str, str], source: str) -> PolicySpec:
     spans = tuple(json.loads(meta.get("ema_spans", "[]")))
     if spans != env.spans:
         raise ValueError(f"its ema_spans {list(spans)} are not its env's {list(env.spans)}")
-    ours = {**constants(), **(feature_constants(env.feature_window) if features else {}),
+    ours = {**constants(), **(feature_constants(feature_window_setting(env.feature_windows)) if features else {}),
             **(ema_constants() if spans else {})}
     other = [k for k in ours if meta.get(k) != ours[k]]
     if other:

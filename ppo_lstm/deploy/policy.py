@@ -1,63 +1,16 @@
-"""A trained policy fed one bar at a time: the backtest's decisions, bar by bar, with a state to save.
+"""``TradingPolicy``: a trained policy fed one bar at a time, taking the backtest's decisions, with a state to save.
 
-``TradingPolicy`` plays what ``ppo_lstm.evaluation.backtest.backtest_history`` plays for one
-continuous episode, but one bar at a time, so a live user gets each decision as soon
-as a bar closes, and can stop and resume without replaying history::
+    policy = TradingPolicy.load("checkpoints/best.pt")              # or TradingPolicy.from_onnx("policy.onnx")
+    decision = policy.warm_up("prices.csv", start="2024-01-02")    # past bars; decides from 2024-01-02 on
+    decision = policy.update(time, open_, high, low, close, volume, features={"vol_z": 0.4})  # each new bar
+    decision.target_position                                       # signed lots to hold during the next bar
 
-    policy = TradingPolicy.load("checkpoints/best.pt")
-    decision = policy.warm_up("prices.csv", start="2024-01-02")  # past bars; decides from 2024-01-02 on
-    decision = policy.update(time, open_, high, low, close, volume)  # each new bar
-    decision.target_position                                        # lots for the next bar
-
-A policy trained with ``--features`` also reads the bar's feature columns: ``warm_up``
-loads them from the file or DataFrame (by name, as training did), and ``update`` takes
-them by name: ``policy.update(time, o, h, l, c, v, features={"vol_z": 0.4, "rsi": 61.0})``.
-A policy trained with ``--ema-spans`` needs nothing more: its EMA deviations come from the
-bars' opens and closes, the EMAs starting at the stream's first bar's open (as the backtest's
-start at the file's first bar: feed the file from its first bar to get its values).
-
-Timing (the backtest's): ``update(bar t)`` returns the decision taken after bar ``t``
-closes: ``target_position`` signed lots to hold during bar ``t+1``, traded at its open.
-When bar ``t+1`` comes in, the policy books that trade at bar ``t+1``'s open with the
-configured slippage and fee (or at the price ``fill`` reported), marks the position at
-its close, and decides again.
-
-Start: the first decision is taken after the first bar at or after ``start`` closes
-(the file's first bar if None), as in ``evaluate-ppo-lstm --start``; its observation's
-window is made of the ``window`` bars before it (past, so no look-ahead), and the bars
-before ``start`` also warm up the normalised returns. Only when fewer than ``window``
-bars came before it does the first decision wait for bar ``window`` of the stream.
-There the LSTM starts from zero and the account opens
-flat with ``initial_cash``, one lot being ``initial_cash / (K * close)`` units of that
-bar's close (``opened_at``). The time feature's scale is the training episode length, clipped at 1
-(``envs.observation``). An account whose equity reaches 0 stays flat (the backtest's rule).
-With feature columns, the first decision is also at or after the first bar where every
-feature is defined (a column's leading NaN rows are its warm-up), as in
-``backtest_history``: then the account opens at that bar.
-
-The observations come from the env's own code: ``envs.observation.normalised_returns``
-on the last ``window + 1`` closes (the same value, bit for bit, as on the whole file:
-``tests/deploy/test_policy.py``), the env's ``Observer`` and ``Ledger``, and the feature columns'
-rolling z-scores by ``envs.data.features.feature_zscores`` on the last ``--feature-window`` raw rows
-(the rule of ``FeatureNormaliser``: bit for bit the values of the whole file), and the EMA
-deviations by ``envs.ema_deviation.EmaLevels`` with the RMS of ``envs.observation.rolling_rms``
-on the last ``window + 1`` closes (bit for bit the historical market's). The network
-step is the agent's own ``step`` (``TorchStep``, ``torch_step.py``) or the exported ONNX step
-(``ppo_lstm.deploy.onnx_model``); this module imports no torch, so the ONNX route runs without it.
-
-State: ``state_dict()`` is plain JSON data (numbers, strings, lists; floats written
-with ``repr`` round-trip exactly); ``save_state``/``load_state`` write and read it as a
-JSON file (atomically). It carries a fingerprint of the policy (its weights and
-settings), the costs, ``start``, the feature normaliser's constants and its last
-``--feature-window`` raw rows (NaN written as null), the EMA spans and levels, and a SHA-256
-chain of every bar consumed (time, OHLCV and feature values), so a state is refused by another
-policy, normaliser or EMA spans, and a file whose earlier bars differ is refused by
-``verify_history``; and the SHA-256 of all the rest (``state_digest``), so a state edited
-after it was written is refused.
-The parts: ``decision.py`` (``Decision``), ``spec.py`` (``PolicySpec``, the fingerprint,
-the network step), ``bars.py`` (checking the bars and feature values fed in),
-``windows.py`` (the return and feature windows and the EMAs), ``book.py`` (the paper account) and
-``state.py`` (the state's format, the bar chain and the state file).
+It plays what ``ppo_lstm.evaluation.backtest.backtest_history`` plays for one continuous episode
+(timing, start rule, lots and costs: docs/deploy.md), building each observation with the env's
+own code (``windows.py``: returns, feature z-scores, EMA deviations; ``envs.observation.Observer``;
+``book.py``: the paper account), so a stream fed a file gives its backtest's observations bit for
+bit. ``state_dict``/``save_state`` write the whole stream as plain, sealed JSON (``state.py``) and
+``load_state`` resumes it. This module imports no torch: the ONNX route runs without it.
 """
 from __future__ import annotations
 
@@ -116,9 +69,9 @@ class ShortHistoryWarning(UserWarning):
 class TradingPolicy(StreamReadouts):
     """A trained policy, fed one bar at a time, that keeps its LSTM state, normalisers and book.
 
-    See the module docstring for the timing. ``update`` returns None while the stream
-    is still warming up (no bar at or after ``start`` yet, fewer than ``window + 1`` bars in
-    all, or a feature column without a value).
+    ``update(bar t)``: the decision after bar ``t`` closes, lots for bar ``t+1`` (docs/deploy.md);
+    None while the stream is still warming up (no bar at or after ``start`` yet, fewer than
+    ``window + 1`` bars in all, or a feature column without a value).
     """
 
     def __init__(self, spec: PolicySpec, step: StepFn, env: Optional[EnvConfig] = None) -> None:
@@ -271,14 +224,14 @@ class TradingPolicy(StreamReadouts):
             self._decide(t)
 
     def _ready(self) -> bool:
-        """Whether the account opens at the bar just consumed (the module docstring's start rule)."""
+        """Whether the account opens at the bar just consumed (at or after start, past window, features defined)."""
         chain = self._chain
         return chain.since_start >= 1 and chain.bars > self.env.window and self._features.defined()
 
     def _decide(self, t: int) -> None:
         W = self.env.window
         self._observer.z[0, :W] = self._returns.values
-        F = len(self.spec.features)
+        F = self.spec.env.num_feature_entries  # the columns' z-scores over each window
         if F:
             self._observer.feat[0, 0, :F] = self._features.z
         if self.spec.ema_spans:
@@ -296,8 +249,8 @@ class TradingPolicy(StreamReadouts):
     # ------------------------------------------------------------------ state
 
     def state_dict(self, extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-        """The stream's whole state as plain JSON data (see the module docstring). ``extra``: entries of a
-        caller's own (keys the state does not use), kept beside the stream's and covered by the seal."""
+        """The stream's whole state as sealed JSON data (``state.py``: the policy, windows, LSTM, book, bar chain).
+        ``extra``: entries of a caller's own (keys the state does not use), kept beside it under the seal."""
         return seal(self.state_body(extra))
 
     def state_body(self, extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from envs.config import EnvConfig
-from envs.data.features import SAVED_FEATURE_WINDOW
+from envs.data.features import SAVED_FEATURE_WINDOW, feature_window_setting
 
 from ..errors import UsageError
 
@@ -63,12 +63,15 @@ class PolicySpec:
 
 def env_settings(env: EnvConfig) -> dict[str, Any]:
     """``asdict(env)`` less ``ema_spans`` when it gives no spans (None, "" or "none") and less
-    ``feature_window`` without feature columns or at 256 (its default before 1,024): the settings
-    a fingerprint and a state's ``policy`` entry record, so those of a policy written before the
-    settings existed are the ones recorded then (``ppo_lstm.config.as_this_version`` reads them back)."""
+    ``feature_window`` without feature columns or at 256 (its default before 1,024), and with one
+    window as its int: the settings a fingerprint and a state's ``policy`` entry record, so those of a
+    policy written before the settings existed are the ones recorded then (``ppo_lstm.config.as_this_version``
+    reads them back)."""
     settings = asdict(env)
     if not env.spans:
         settings.pop("ema_spans", None)
-    if not env.feature_names or env.feature_window == SAVED_FEATURE_WINDOW:
+    if not env.feature_names or env.feature_windows == (SAVED_FEATURE_WINDOW,):
         settings.pop("feature_window", None)
+    else:
+        settings["feature_window"] = feature_window_setting(env.feature_windows)
     return settings

@@ -3,8 +3,8 @@
 ``ReturnWindow`` keeps the last ``W`` closes and the normalised returns of the last ``W``
 bars, computed by the env's ``envs.observation.normalised_returns`` (bit for bit the
 values of the whole file). ``FeatureWindow`` keeps the feature columns' raw rows of the
-last ``--feature-window`` bars and the last bar's z-scores, by ``envs.data.features.feature_zscores``
-(the rule of ``FeatureNormaliser``). ``EmaWindow`` keeps the ``--ema-spans`` EMAs of the log
+last ``max(--feature-window)`` bars and the last bar's z-scores over each window, by
+``envs.data.features.stacked_zscores`` (the rule of ``FeatureNormaliser``). ``EmaWindow`` keeps the ``--ema-spans`` EMAs of the log
 close (``envs.ema_deviation.EmaLevels``, started at the stream's first open) and the last bar's
 deviations, with the RMS of ``envs.observation.rolling_rms`` on the last ``W + 1`` closes (bit for
 bit the values the historical market computes on the whole file). All three are saved in and
@@ -18,16 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from envs.data.features import FEATURE_CLIP, STD_FLOOR_ABS, STD_FLOOR_REL, feature_zscores
+from envs.data.features import (FEATURE_CLIP, STD_FLOOR_ABS, STD_FLOOR_REL, feature_window_setting,
+                                parse_feature_windows, stacked_zscores)
 from envs.ema_deviation import EMA_CLIP, EmaLevels
 from envs.observation import normalised_returns, rolling_rms
 
 from ..errors import UsageError
 
 
-def feature_constants(window: int) -> dict[str, Any]:
+def feature_constants(window: int | str) -> dict[str, Any]:
     """The feature normaliser's constants, as this version applies them (``envs.data.features``) with
-    a ``--feature-window`` of ``window`` bars."""
+    the ``--feature-window`` setting ``window`` (``1024``, or ``"256,1024,4096"`` for several)."""
     return {"window": window, "clip": FEATURE_CLIP, "std_floor_rel": STD_FLOOR_REL,
             "std_floor_abs": STD_FLOOR_ABS}
 
@@ -72,18 +73,20 @@ class ReturnWindow:
 
 
 class FeatureWindow:
-    """The feature normaliser of a stream: the raw rows [F] float64 of the last ``window`` bars
-    (the training ``--feature-window``; NaN: not defined yet) and ``z`` [F] float32, the last bar's
-    normalised features."""
+    """The feature normaliser of a stream: the raw rows [F] float64 of the last ``max(windows)`` bars
+    (the training ``--feature-window``; NaN: not defined yet) and ``z`` [F * K] float32, the last bar's
+    normalised features over the K windows (``stacked_zscores``' layout)."""
 
-    def __init__(self, names: tuple[str, ...], window: int) -> None:
+    def __init__(self, names: tuple[str, ...], window: int | str) -> None:
         self.names = tuple(names)
-        self.window = window
+        self.windows = parse_feature_windows(window)
+        self.window = feature_window_setting(self.windows)  # the setting, as the state records it
+        self.kept = max(self.windows)  # raw rows kept: the longest window's
         self.reset()
 
     def reset(self) -> None:
-        self.rows: deque[np.ndarray] = deque(maxlen=self.window)
-        self.z = np.zeros(len(self.names), np.float32)
+        self.rows: deque[np.ndarray] = deque(maxlen=self.kept)
+        self.z = np.zeros(len(self.names) * len(self.windows), np.float32)
 
     def defined(self) -> bool:
         """Every feature defined at the last bar (always true without features)."""
@@ -91,10 +94,11 @@ class FeatureWindow:
 
     def undefined(self) -> list[str]:
         """The columns without a value at the last bar."""
-        return [name for name, z in zip(self.names, self.z.tolist()) if math.isnan(z)]
+        first = self.z.reshape(len(self.names), len(self.windows))[:, 0]  # a column's windows are NaN together
+        return [name for name, z in zip(self.names, first.tolist()) if math.isnan(z)]
 
     def push(self, raw: np.ndarray, z: np.ndarray) -> None:
-        """Keep one bar's raw row ``raw`` [F] and its normalised values ``z`` [F]."""
+        """Keep one bar's raw row ``raw`` [F] and its normalised values ``z`` [F * K]."""
         self.rows.append(raw.copy())
         self.z = z
 
@@ -104,8 +108,8 @@ class FeatureWindow:
         self.push(raw[0], z[0])
 
     def normalise(self, raw: np.ndarray, where: str) -> np.ndarray:
-        """The normalised features [n, F] float32 of new raw rows ``raw`` [n, F] after the rows
-        kept: ``feature_zscores`` of them all (a row's value depends only on its window).
+        """The normalised features [n, F * K] float32 of new raw rows ``raw`` [n, F] after the rows
+        kept: ``stacked_zscores`` of them all (a row's value depends only on its windows).
         UsageError for inf, or a NaN after a column's first value (the loader's rules)."""
         previous = list(self.rows)
         defined = ~np.isnan(raw)
@@ -120,7 +124,7 @@ class FeatureWindow:
             raise UsageError(f"{where}: no value (NaN) for feature {self.names[j]!r} after its first value; "
                              f"only a column's leading bars (its warm-up) may lack one")
         rows = np.concatenate([np.stack(previous), raw]) if previous else raw
-        return feature_zscores(rows, self.window, last=len(raw))
+        return stacked_zscores(rows, self.windows, last=len(raw))
 
     def state(self) -> dict[str, Any]:
         """The names, the constants and the rows as JSON data (NaN as None)."""
@@ -147,15 +151,15 @@ class FeatureWindow:
                              f"state")
         rows = np.array([[np.nan if v is None else float(v) for v in row] for row in saved["rows"]],
                         dtype=np.float64).reshape(-1, nfeat)
-        if len(rows) != min(bars, self.window) or np.isinf(rows).any():
-            raise ValueError(f"its feature normaliser holds {len(rows)} rows; {min(bars, self.window)} "
+        if len(rows) != min(bars, self.kept) or np.isinf(rows).any():
+            raise ValueError(f"its feature normaliser holds {len(rows)} rows; {min(bars, self.kept)} "
                              f"expected after {bars} bars")
         defined = ~np.isnan(rows)
         if (np.logical_or.accumulate(defined, axis=0) & ~defined).any():
             raise ValueError("its feature normaliser holds a NaN after a column's first value")
         self.rows.extend(rows)
         if len(rows):
-            self.z = feature_zscores(rows, self.window)[-1]
+            self.z = stacked_zscores(rows, self.windows, last=1)[-1]
 
 
 class EmaWindow:

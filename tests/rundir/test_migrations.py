@@ -87,3 +87,23 @@ def test_settings_this_version_does_not_know_are_refused_not_ignored():
     saved["env"]["later_env_setting"] = 2
     with pytest.raises(ValueError, match="later_setting, env.later_env_setting"):
         TrainConfig.from_dict(saved)
+
+
+def test_format_2_settings_read_as_format_3_and_a_newer_format_is_refused():
+    """Format 3 lets feature_window name several windows (text); a format-2 file's single int reads as it is,
+    in a checkpoint's settings, an env (an ONNX model's) and a study's settings by dest."""
+    from ppo_lstm.config.migrate import migrate_env, migrate_settings, migrate_settings_by_dest
+    from envs.config import EnvConfig
+    saved = TrainConfig(env=EnvConfig(features="a", feature_window=512)).to_dict()
+    assert saved["env"]["feature_window"] == 512 and SETTINGS_FORMAT == CHECKPOINT_FORMAT == 3
+    assert TrainConfig.from_dict(migrate_settings(saved, 2, "a format-2 file")) == TrainConfig.from_dict(saved)
+    assert migrate_env(saved["env"], 2, "a format-2 model") == saved["env"]
+    by_dest = {"episodes": 4, "env.features": "a", "env.feature_window": 512}
+    assert migrate_settings_by_dest(by_dest, 2, "a study")["env.feature_window"] == 512
+    assert migrate_checkpoint({"format": 2, "config": saved}, "a file") == {"format": 3, "config": saved}
+    several = TrainConfig(env=EnvConfig(features="a", feature_window="8,24")).to_dict()
+    assert several["env"]["feature_window"] == "8,24" and TrainConfig.from_dict(several).env.feature_windows == (8, 24)
+    for read in (lambda v: migrate_settings(saved, v, "f"), lambda v: migrate_env(saved["env"], v, "f")):
+        with pytest.raises(UsageError, match="is of format 4, newer than this version of ppo-lstm-trader reads "
+                                             r"\(up to 3\)"):
+            read(4)
