@@ -11,40 +11,30 @@ from typing import Optional
 from .rundir.checkpoint import CheckpointDir
 from .rundir.lock import RunLock
 from .config.command_line import CommandLine, config_yaml, parse_command_line
-from .config.resolve import Resolved, resolve
+from .config.resolve import Resolved
 from .distributed import first_process, launch, launched_by_torchrun, resolve_device, world_size_for
 from .errors import EXIT_USAGE, UsageError
 from .train.build import build_agent, check_model_matches
 from .train.data_fingerprint import check_resume_data, data_fingerprint
 from .data_split import load_training_data
-from .train.run_dir import check_run_dir, hold_lock_for_workers, newest_checkpoint, release_lock_for_workers
-from .train.worker import train_worker
+from .train.run_dir import Resume, newest_checkpoint, open_run
+from .train.worker import RunStart, resolve_run, train_worker
 
 
-def preflight(command: CommandLine, world_size: int) -> Resolved:
-    """Every check that can fail before training: raises UsageError (one line).
-
-    Returns the run's settings: with ``--resume``, the checkpoint's under the flags given;
-    else the command line's, once the checkpoint dir is known to hold no run (or
-    ``--overwrite`` says to move it aside).
-    """
-    config = command.config
-    directory = CheckpointDir(config.checkpoint_dir, config.keep_checkpoints)
-    if config.resume and not config.overwrite:
-        path, state, _ = newest_checkpoint(config)
-        resolved = resolve(command, world_size, state["config"], str(path))
-    else:
-        resolved = resolve(command, world_size)
+def preflight(command: CommandLine, world_size: int, resume: Optional[Resume]) -> Resolved:
+    """Every check that can fail before training, run by :func:`open_run` under the run lock
+    once it found the checkpoint to ``resume`` (None for a fresh run): raises UsageError (one
+    line). Returns the run's settings (:func:`resolve_run`)."""
+    resolved = resolve_run(command, world_size, resume)
     config = resolved.config
     if config.data is not None:
         datas, splits = load_training_data(config)  # a bad file, bad dates or a split too short: one line, exit 2
-        if config.resume:  # data changed since the checkpoint: refused unless --allow-data-change
-            check_resume_data(config, state, data_fingerprint(datas, splits), str(path))
+        if resume is not None:  # data changed since the checkpoint: refused unless --allow-data-change
+            check_resume_data(config, resume.state, data_fingerprint(datas, splits), resume.path)
     parameter_bytes = sum(p.numel() for p in build_agent(config).parameters()) * 4
-    directory.check_writable(needed_bytes=4 * (3 * parameter_bytes + (1 << 20)))
-    check_run_dir(config)  # not a live run's, and no run to write over unless --resume or --overwrite
-    if config.resume:
-        check_model_matches(config, state, path)
+    CheckpointDir(config.checkpoint_dir).check_writable(needed_bytes=4 * (3 * parameter_bytes + (1 << 20)))
+    if resume is not None:
+        check_model_matches(config, resume.state, resume.path)
     return resolved
 
 
@@ -54,12 +44,10 @@ def print_config(command: CommandLine, world_size: int) -> None:
     only global rank 0 prints. UsageError when ``--resume`` finds no checkpoint."""
     header = ("Resolved settings; train with: --config FILE (flags given with it override it)",)
     config = command.config
-    if config.resume and not config.overwrite:
-        path, state, _ = newest_checkpoint(config)
-        config = resolve(command, world_size, state["config"], str(path)).config
-        header += (f"--resume: the settings of {path}, under those given on the command line or in --config",)
-    else:
-        config = resolve(command, world_size).config
+    resume = newest_checkpoint(config) if config.resume and not config.overwrite else None
+    config = resolve_run(command, world_size, resume).config
+    if resume is not None:
+        header += (f"--resume: the settings of {resume.path}, under those given on the command line or in --config",)
     if first_process():
         sys.stdout.write(config_yaml(config, header))
 
@@ -77,18 +65,18 @@ def main(argv: Optional[list[str]] = None, force_distributed: bool = False, prog
             return 0
         device = resolve_device(config.device)  # launch() warns about a CPU fallback once every check passed
         world_size = world_size_for(config, device)
-        if launched_by_torchrun():
-            resolve(command, world_size)  # every worker checks; rank 0 resumes or claims the run when it starts
-        elif preflight(command, world_size).config.distributed:  # the launcher holds the run lock for its workers
-            lock = hold_lock_for_workers(config)
+        start = None  # under torchrun rank 0 opens the run when the job starts (every process sees its argv)
+        if not launched_by_torchrun():  # opened here, under a lock held for the workers until they end
+            run = open_run(config, functools.partial(preflight, command, world_size))
+            lock, start = run.lock, RunStart(run.checked, run.resume, run.notes)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return launch(config, device, functools.partial(train_worker, command=command))
+        return launch(config, device, functools.partial(train_worker, command=command, start=start))
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
     finally:
         if lock is not None:
-            release_lock_for_workers(lock)
+            lock.release()

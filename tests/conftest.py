@@ -50,7 +50,7 @@ def env_for_child(extra: Optional[dict[str, Optional[str]]] = None) -> dict[str,
     env["PYTHONUNBUFFERED"] = "1"
     env["OMP_NUM_THREADS"] = "1"
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                 "PPO_LSTM_LOCK_HELD", "PPO_LSTM_DUMP_FINAL_DIR", "PPO_LSTM_FAIL_AT"):
+                 "PPO_LSTM_DUMP_FINAL_DIR", "PPO_LSTM_FAIL_AT"):
         env.pop(name, None)
     for name, value in (extra or {}).items():
         if value is None:

@@ -1,7 +1,8 @@
 """One launch's settings: :func:`resolve` turns a command line (and, on ``--resume``, the
 checkpoint's saved settings) into the run's :class:`TrainConfig`, checked, and its
-:class:`BatchPlan`. The command line, ``--print-config``, every spawned worker, tune and the
-walk-forward call it; nothing else merges, checks or plans settings."""
+:class:`BatchPlan`, once per launch: by the command line (under torchrun, by rank 0, which
+sends it to every rank), ``--print-config``, tune and the walk-forward. Nothing else merges,
+checks or plans settings."""
 from __future__ import annotations
 
 from dataclasses import dataclass

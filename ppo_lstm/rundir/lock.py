@@ -27,9 +27,15 @@ class RunLock:
         self._handle: Optional[Any] = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """Take the lock, creating the directory; UsageError (one line) while another run holds it
+        or where the directory cannot be written."""
         while True:
-            handle = open(self.path, "a+")
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                handle = open(self.path, "a+")
+            except OSError as err:
+                raise UsageError(f"--checkpoint-dir {self.path.parent} is not writable ({err}); fix its "
+                                 f"permissions or choose another directory") from None
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
