@@ -13,7 +13,7 @@ regime market's obs and actions) and batch, at two configurations (``defaults``:
 * **rollout floor in one loop**: the two alternating in one loop, as one thread must run
   them (the actions to the env, its observations, rewards and episode starts back; the
   rewards stored too). Run between torch calls, the env step costs more, and so do the torch
-  calls after it (docs/benchmarks.md says why), so this floor is above the sum of the two;
+  calls after it (bench/results/loop_floor_evidence.md says why), so this floor is above the sum of the two;
 * **gradient floor**: one minibatch step: the forward over the minibatch's sequences
   (``[T, B]``, the layers as functions and one call of the LSTM op, no episode splits), the PPO loss (clipped ratio, value loss,
   entropy, advantage normalisation), backward, global-norm clipping and the trainer's own

@@ -83,7 +83,7 @@ def threads_per_job(train: TrainConfig, jobs: int) -> int:
     else ``OMP_NUM_THREADS`` when set, else 1, whatever the number of ``jobs`` run at once.
 
     The models are too small to gain from intra-op threads, and a job given several threads on
-    a machine that other processes also use crawls (docs/walkforward.md#benchmarks); ``jobs``
+    a machine that other processes also use crawls (docs/walkforward.md#how-often-the-verdict-is-wrong); ``jobs``
     is kept for the callers and does not change the count.
     """
     return threads_per_worker(train)
