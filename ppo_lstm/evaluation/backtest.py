@@ -33,7 +33,8 @@ slice warm up the RMS of its first window.
 
 ``backtest_simulated`` plays N fresh episodes of the training length on seeded paths of
 the checkpoint's market (the LSTM reset at each start, as in training) and chains their
-per-bar returns into one equity curve of ``N * L`` bars.
+per-bar returns into one equity curve of ``N * L`` bars; ``episode_returns_pct`` keeps each
+episode's own return (from the starting cash), before the chain compounds them.
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ from envs.config import EnvConfig
 from envs.core import TradingCore
 
 from ..algo.agent import RecurrentActorCritic
-from .metrics import TradingMetrics, trading_metrics
+from .metrics import EpisodeReturns, TradingMetrics, episode_returns, trading_metrics
 from .samples import SampleSplit
 
 if TYPE_CHECKING:
@@ -68,7 +69,11 @@ class BacktestResult:
     ``time`` ``[T+1]``: datetime64[ns] stamps of the bars (history), or bar numbers 0..T
     (simulated); ``close``, ``equity``, ``buy_and_hold_equity`` ``[T+1]``, row 0 being the
     first decision bar; ``position`` ``[T]``: the agent's signed lots held during bars 1..T.
-    Simulated: rows ``kL+1..(k+1)L`` are episode k's bars (its own path's closes).
+    Simulated: rows ``kL+1..(k+1)L`` are episode k's bars (its own path's closes), and
+    ``episode_returns_pct`` / ``buy_and_hold_episode_returns_pct`` ``[N]`` are each episode's
+    return in % from the starting cash, ``100 (max(equity at its end, 0) / cash - 1)``; the chained
+    ``total_return_pct`` is ``100 (prod(1 + r / 100) - 1)`` of them (unless the last episode ends
+    below 0, which the chain keeps).
     """
 
     time: np.ndarray
@@ -88,6 +93,20 @@ class BacktestResult:
     training_period: Optional[tuple[str, str]] = None  # history: that period's first and last bar (ISO)
     sample: Optional[SampleSplit] = None  # history: how many of the T bars training and selection read
     foreign_data: Optional[str] = None  # history: why these are not the bars the checkpoint's training read
+    episode_returns_pct: Optional[np.ndarray] = None  # simulated: [N] the agent's return in each episode
+    buy_and_hold_episode_returns_pct: Optional[np.ndarray] = None  # simulated: [N] buy-and-hold's
+
+    @property
+    def episodes(self) -> Optional[int]:
+        """N, the chained episodes; None for history."""
+        return None if self.episode_returns_pct is None else int(self.episode_returns_pct.shape[0])
+
+    def per_episode(self) -> Optional[tuple[EpisodeReturns, EpisodeReturns]]:
+        """The spread of the episodes' returns, the agent's and buy-and-hold's
+        (:func:`ppo_lstm.evaluation.metrics.episode_returns`); None for history."""
+        if self.episode_returns_pct is None or self.buy_and_hold_episode_returns_pct is None:
+            return None
+        return episode_returns(self.episode_returns_pct), episode_returns(self.buy_and_hold_episode_returns_pct)
 
     @property
     def bars(self) -> int:
@@ -210,6 +229,7 @@ def backtest_simulated(agent: RecurrentActorCritic, env_config: EnvConfig, episo
     Episode k's per-bar returns continue the chain: its curve is scaled by the chained
     equity at its start (as are its trade PnLs and fees), so the chained curve compounds
     like one account. An episode ending bust leaves the chain at 0 from then on.
+    ``episode_returns_pct`` holds each episode's return before the chain (a bust's is -100).
     Buy-and-hold trades the same paths. Sampled actions (``greedy=False``) come from a
     generator seeded by ``seed``.
     """
@@ -223,10 +243,11 @@ def backtest_simulated(agent: RecurrentActorCritic, env_config: EnvConfig, episo
     units = core.ledger.units.copy()
     equity, position = _play(core, agent, episodes, L, greedy, seed, device)  # [L+1, 2N], [L, 2N]
     opens, closes = core.open[:, W + 1:], core.close  # [2N, L], [2N, W+L+1]
-    curves, metrics = [], []
+    curves, metrics, per_episode = [], [], []
     for half in (slice(0, episodes), slice(episodes, 2 * episodes)):
         rows = np.arange(2 * episodes)[half]
         growth = np.maximum(equity[-1, half] / env_config.initial_cash, 0.0)
+        per_episode.append(100.0 * (growth - 1.0))
         scale = np.concatenate(([1.0], np.cumprod(growth)[:-1]))  # [N] chained equity / cash at each start
         chained = np.concatenate(([env_config.initial_cash], (equity[1:, half] * scale).T.ravel()))
         pnls, fees = [], 0.0
@@ -242,7 +263,8 @@ def backtest_simulated(agent: RecurrentActorCritic, env_config: EnvConfig, episo
         time=np.arange(episodes * L + 1, dtype=np.int64), close=close, equity=curves[0][0],
         buy_and_hold_equity=curves[1][0], position=curves[0][1].astype(np.int64), agent=metrics[0],
         buy_and_hold=metrics[1], fee_bps=env_config.fee_bps, slippage_bps=env_config.slippage_bps,
-        periods_per_year=SIMULATED_PERIODS_PER_YEAR, simulated=True, episode_length=L)
+        periods_per_year=SIMULATED_PERIODS_PER_YEAR, simulated=True, episode_length=L,
+        episode_returns_pct=per_episode[0], buy_and_hold_episode_returns_pct=per_episode[1])
 
 
 # ----------------------------------------------------------------------------- the engine

@@ -216,3 +216,38 @@ def _profit_factor(trade_pnls: np.ndarray) -> Optional[float]:
     if losses == 0:
         return None
     return _finite(float(trade_pnls[trade_pnls > 0].sum()) / losses)
+
+
+@dataclass
+class EpisodeReturns:
+    """How the episodes of a simulated backtest went one by one; see :func:`episode_returns`."""
+
+    mean_return_pct: float
+    std_return_pct: Optional[float]
+    median_return_pct: float
+    p5_return_pct: float
+    p95_return_pct: float
+    episodes_with_gain_pct: float
+
+    def as_dict(self) -> dict[str, Optional[float]]:
+        """The fields, in declaration order (JSON-safe)."""
+        return asdict(self)
+
+
+def episode_returns(returns_pct: np.ndarray) -> EpisodeReturns:
+    """The spread of ``returns_pct`` ``[N]``, each episode's return in % from the starting cash.
+
+    ``mean``, ``std`` (sample, ``ddof=1``; None for one episode), ``median`` and the 5th and 95th
+    percentiles (numpy's linear interpolation) of the returns, and ``episodes_with_gain_pct``:
+    100 #(return > 0) / N. Raises ``ValueError`` on an empty or non-finite input.
+    """
+    r = np.asarray(returns_pct, dtype=np.float64)
+    if r.ndim != 1 or r.size == 0 or not np.isfinite(r).all():
+        raise ValueError(f"returns_pct must be a non-empty 1-D array of finite numbers, got shape {r.shape}")
+    p5, median, p95 = (float(v) for v in np.percentile(r, [5.0, 50.0, 95.0]))
+    return EpisodeReturns(
+        mean_return_pct=float(r.mean()),
+        std_return_pct=float(r.std(ddof=1)) if r.size > 1 else None,
+        median_return_pct=median, p5_return_pct=p5, p95_return_pct=p95,
+        episodes_with_gain_pct=100.0 * np.count_nonzero(r > 0) / r.size,
+    )

@@ -32,6 +32,15 @@ ROWS = (
     ("exposure_pct", "exposure %", "{:.1f}"),
     ("fees_and_slippage_paid", "fees + slippage paid", "{:,.2f}"),
 )
+# simulated backtests, above ROWS: the spread of the episodes' own returns (EpisodeReturns key, label, format)
+EPISODE_ROWS = (
+    ("mean_return_pct", "mean return %", "{:.2f}"),
+    ("std_return_pct", "std of returns %", "{:.2f}"),
+    ("median_return_pct", "median return %", "{:.2f}"),
+    ("p5_return_pct", "5th percentile %", "{:.2f}"),
+    ("p95_return_pct", "95th percentile %", "{:.2f}"),
+    ("episodes_with_gain_pct", "episodes with a gain %", "{:.1f}"),
+)
 DPI = 100
 FIGSIZE = (11.0, 8.0)
 
@@ -39,7 +48,8 @@ FIGSIZE = (11.0, 8.0)
 def report_dict(result: BacktestResult) -> dict[str, Any]:
     """The JSON object: ``bars``, ``start``, ``end``, ``late_start``, ``training_bars``,
     ``training_period``, ``sample`` (:meth:`ppo_lstm.evaluation.samples.SampleSplit.as_dict`),
-    ``fee_bps``, ``slippage_bps``, ``agent``, ``buy_and_hold``."""
+    ``fee_bps``, ``slippage_bps``, then, for a simulated backtest only, ``per_episode``
+    (:func:`per_episode_dict`), then ``agent``, ``buy_and_hold``."""
     return {
         "bars": result.bars,
         "start": result.start,
@@ -51,9 +61,22 @@ def report_dict(result: BacktestResult) -> dict[str, Any]:
         **({"foreign_data": result.foreign_data} if result.foreign_data else {}),
         "fee_bps": float(result.fee_bps),
         "slippage_bps": float(result.slippage_bps),
+        **({"per_episode": per_episode_dict(result)} if result.per_episode() is not None else {}),
         "agent": result.agent.as_dict(),
         "buy_and_hold": result.buy_and_hold.as_dict(),
     }
+
+
+def per_episode_dict(result: BacktestResult) -> Optional[dict[str, Any]]:
+    """A simulated backtest's episodes one by one: ``episodes`` (N), ``episode_bars`` (L), and
+    ``agent`` and ``buy_and_hold``, each :meth:`ppo_lstm.evaluation.metrics.EpisodeReturns.as_dict`
+    (``mean_return_pct``, ``std_return_pct``, ``median_return_pct``, ``p5_return_pct``,
+    ``p95_return_pct``, ``episodes_with_gain_pct``); None for history."""
+    spread = result.per_episode()
+    if spread is None:
+        return None
+    return {"episodes": result.episodes, "episode_bars": result.episode_length,
+            "agent": spread[0].as_dict(), "buy_and_hold": spread[1].as_dict()}
 
 
 def mean_report(results: dict[str, BacktestResult]) -> dict[str, Any]:
@@ -138,7 +161,10 @@ def _cell(value: Optional[float | int], fmt: str) -> str:
 
 
 def format_table(result: BacktestResult, title: str) -> str:
-    """The report: ``title``, a line of what was traded, then each figure for the agent and buy-and-hold."""
+    """The report: ``title``, a line of what was traded, then each figure for the agent and buy-and-hold.
+
+    A simulated backtest leads with the spread of the episodes' own returns (:data:`EPISODE_ROWS`),
+    then gives the figures of the chained account under a line that says so."""
     if result.simulated:
         span = f"{result.bars} bars (chained simulated episodes, {result.periods_per_year:g} bars/year assumed)"
     else:
@@ -147,12 +173,23 @@ def format_table(result: BacktestResult, title: str) -> str:
     lines = [title, f"  {span}; fee {result.fee_bps:g} bps, slippage {result.slippage_bps:g} bps",
              "  final positions marked to market at the last close (no exit costs)",
              *(f"  {note}" for note in notes_of(result)), ""]
-    agent, hold = result.agent.as_dict(), result.buy_and_hold.as_dict()
-    label_width = max(len(label) for _, label, _ in ROWS)
-    lines.append(f"  {'':<{label_width}}  {'agent':>12}  {'buy & hold':>12}")
-    for key, label, fmt in ROWS:
-        lines.append(f"  {label:<{label_width}}  {_cell(agent[key], fmt):>12}  {_cell(hold[key], fmt):>12}")
-    return "\n".join(lines)
+    spread = result.per_episode()
+    label_width = max(len(label) for _, label, _ in ROWS + (EPISODE_ROWS if spread else ()))
+    head = f"  {'':<{label_width}}  {'agent':>12}  {'buy & hold':>12}"
+
+    def rows(agent: dict, hold: dict, which: tuple) -> list[str]:
+        return [f"  {label:<{label_width}}  {_cell(agent[key], fmt):>12}  {_cell(hold[key], fmt):>12}"
+                for key, label, fmt in which]
+
+    if spread is not None:
+        n = result.episodes
+        lines += [f"  per episode: each of the {n} episodes of {result.episode_length} bars on its own, "
+                  f"from the starting cash", head, *rows(spread[0].as_dict(), spread[1].as_dict(), EPISODE_ROWS),
+                  "", f"  chained: the {n} episodes as one account, each from the equity the one before ended with "
+                  f"(returns compound)", head]
+    else:
+        lines.append(head)
+    return "\n".join(lines + rows(result.agent.as_dict(), result.buy_and_hold.as_dict(), ROWS))
 
 
 def equity_frame(result: BacktestResult) -> pd.DataFrame:

@@ -220,6 +220,42 @@ def test_simulated_backtest_is_seeded_chained_and_disjoint_from_training_seeds()
     assert np.allclose(a.equity[1:].reshape(N, L), expected, rtol=1e-12, atol=0)
 
 
+def test_simulated_per_episode_returns_are_the_episodes_own_against_numpy() -> None:
+    """Each episode's return, read off the chained curves independently, and its spread by numpy."""
+    agent, N, L = sharp_agent(CFG, seed=2), 40, CFG.episode_length
+    result = backtest_simulated(agent, CFG, N, seed=5)
+    assert result.episodes == N and result.episode_length == L
+    for curve, returns, metrics, spread in zip(
+            (result.equity, result.buy_and_hold_equity),
+            (result.episode_returns_pct, result.buy_and_hold_episode_returns_pct),
+            (result.agent, result.buy_and_hold), result.per_episode()):
+        assert curve.min() > 0  # no bust: each episode's return is its end over its start
+        by_hand = 100.0 * (curve[L::L] / curve[0:-1:L] - 1.0)  # [N]
+        assert returns.shape == (N,) and np.allclose(returns, by_hand, rtol=0, atol=1e-9)
+        assert len(set(np.round(by_hand, 9))) > N // 2  # a spread, not one figure repeated
+        # the chained total is their compound, not their sum or mean
+        assert metrics.total_return_pct == pytest.approx(100.0 * (np.prod(1.0 + by_hand / 100.0) - 1.0), rel=1e-9)
+        assert spread.mean_return_pct == pytest.approx(np.mean(by_hand), abs=1e-9)
+        assert spread.std_return_pct == pytest.approx(np.std(by_hand, ddof=1), abs=1e-9)
+        assert spread.median_return_pct == pytest.approx(np.median(by_hand), abs=1e-9)
+        assert spread.p5_return_pct == pytest.approx(np.percentile(by_hand, 5), abs=1e-9)
+        assert spread.p95_return_pct == pytest.approx(np.percentile(by_hand, 95), abs=1e-9)
+        assert spread.episodes_with_gain_pct == pytest.approx(100.0 * np.mean(by_hand > 0), abs=1e-12)
+        assert spread.p5_return_pct <= spread.median_return_pct <= spread.p95_return_pct
+    history = backtest_history(agent, CFG, walk(120, seed=7))
+    assert history.episodes is None and history.per_episode() is None and history.episode_returns_pct is None
+
+
+def test_a_bust_episode_counts_minus_100_and_ends_the_chain() -> None:
+    config = dataclasses.replace(CFG, fee_bps=1000.0)  # 10 % a fill: episodes 1 and 2 of these go bust
+    result = backtest_simulated(sharp_agent(config, seed=2), config, 6, seed=5)
+    returns, L = result.episode_returns_pct, config.episode_length
+    assert returns[0] > -100.0 and returns[1] == returns[2] == -100.0 and (returns[3:] > -100.0).all()
+    assert result.equity[L] == pytest.approx(10_000.0 * (1.0 + returns[0] / 100.0), rel=1e-12)
+    assert np.all(result.equity[2 * L:] <= 0.0) and result.agent.total_return_pct == -100.0
+    assert result.per_episode()[0].mean_return_pct == pytest.approx(np.mean(returns), abs=1e-12)
+
+
 def test_backtests_leave_the_global_generators_alone() -> None:
     """The trainer may call them between updates: its bitwise resume must not notice."""
     agent, data = sharp_agent(CFG), walk(120, seed=7)

@@ -17,7 +17,7 @@ import torch
 
 from conftest import ROOT, TINY, Result, Run, cli_in_process, free_port, run_cli
 from ppo_lstm.evaluation.cli import main
-from ppo_lstm.evaluation.report import CSV_COLUMNS, ROWS, trade_marks
+from ppo_lstm.evaluation.report import CSV_COLUMNS, EPISODE_ROWS, ROWS, trade_marks
 
 EVALUATE = [sys.executable, "-m", "ppo_lstm.evaluate"]
 NO_MATPLOTLIB = [sys.executable, "-c", "import sys; sys.modules['matplotlib'] = None; "
@@ -27,6 +27,8 @@ TOP_KEYS = ["bars", "start", "end", "late_start", "training_bars", "training_per
 METRIC_KEYS = ["total_return_pct", "annual_return_pct", "annual_volatility_pct", "sharpe", "sortino", "calmar",
                "max_drawdown_pct", "max_drawdown_bars", "trades", "win_rate_pct", "profit_factor", "exposure_pct",
                "fees_paid", "fees_and_slippage_paid"]
+EPISODE_KEYS = ["mean_return_pct", "std_return_pct", "median_return_pct", "p5_return_pct", "p95_return_pct",
+                "episodes_with_gain_pct"]
 WINDOW = int(TINY[TINY.index("--window") + 1])
 BARS = 300
 
@@ -182,6 +184,49 @@ def test_without_matplotlib_a_line_names_the_extra_and_the_report_prints(trained
     assert len(result.error_lines()) == 1 and "pip install 'ppo-lstm-trader[plot]'" in result.stderr
     assert "Traceback" not in result.stderr
     assert (trained / "eq2.csv").is_file() and not (trained / "none.png").exists()
+
+
+def test_simulated_report_leads_with_each_episodes_return(in_trained: Path, capsys: pytest.CaptureFixture) -> None:
+    simulated = ["--checkpoint", "checkpoints", "--market", "regime", "--episodes", "6", "--seed", "3"]
+    report = json_of(capsys, *simulated, "--json")
+    assert list(report) == TOP_KEYS[:-2] + ["per_episode"] + TOP_KEYS[-2:]  # every other key as it was
+    assert all(list(report[side]) == METRIC_KEYS for side in ("agent", "buy_and_hold"))
+    per = report["per_episode"]
+    assert list(per) == ["episodes", "episode_bars", "agent", "buy_and_hold"]
+    assert per["episodes"] == 6 and per["episode_bars"] == 16
+    assert main([*simulated, "--equity-csv", "sim.csv"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    curve = pd.read_csv(in_trained / "sim.csv")
+    for column, side, at in (("equity", "agent", -2), ("buy_and_hold_equity", "buy_and_hold", -1)):
+        assert list(per[side]) == EPISODE_KEYS
+        equity = curve[column].to_numpy()  # each episode's return: its end over its start on the chained curve
+        by_hand = 100.0 * (equity[16::16] / equity[0:-1:16] - 1.0)
+        assert per[side]["mean_return_pct"] == pytest.approx(np.mean(by_hand), abs=1e-9)
+        assert per[side]["std_return_pct"] == pytest.approx(np.std(by_hand, ddof=1), abs=1e-9)
+        assert per[side]["p95_return_pct"] == pytest.approx(np.percentile(by_hand, 95), abs=1e-9)
+        mean_row = next(line for line in table if line.lstrip().startswith("mean return %"))
+        assert mean_row.split()[at] == f"{per[side]['mean_return_pct']:.2f}"
+    labels = [line.strip() for line in table]
+    first = labels.index(next(line for line in labels if line.startswith("per episode: each of the 6 episodes")))
+    chained = labels.index(next(line for line in labels if line.startswith("chained: the 6 episodes")))
+    assert first < chained < labels.index(next(line for line in labels if line.startswith("total return %")))
+    shown = [line.split("  ")[0] for line in labels[first + 2: first + 2 + len(EPISODE_ROWS)]]
+    assert shown == [label for _, label, _ in EPISODE_ROWS]
+
+
+def test_the_history_report_is_the_figures_table_alone(in_trained: Path, capsys: pytest.CaptureFixture) -> None:
+    history = ["--checkpoint", "checkpoints", "--data", "prices.csv", "--start", "2020-03-02"]
+    report = json_of(capsys, *history, "--json")
+    assert list(report) == TOP_KEYS and "per_episode" not in report
+    assert main(history) == 0
+    table = capsys.readouterr().out.splitlines()
+    blank = table.index("")
+    assert not any("per episode" in line or "chained" in line for line in table)
+    width = max(len(label) for _, label, _ in ROWS)
+    cell = lambda value, fmt: "-" if value is None else fmt.format(value)  # noqa: E731
+    assert table[blank + 1:] == [f"  {'':<{width}}  {'agent':>12}  {'buy & hold':>12}"] + [
+        f"  {label:<{width}}  {cell(report['agent'][key], fmt):>12}  {cell(report['buy_and_hold'][key], fmt):>12}"
+        for key, label, fmt in ROWS]
 
 
 @pytest.mark.e2e

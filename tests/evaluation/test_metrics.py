@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from ppo_lstm.evaluation.metrics import TradingMetrics, trading_metrics
+from ppo_lstm.evaluation.metrics import EpisodeReturns, TradingMetrics, episode_returns, trading_metrics
 
 KEYS = ["total_return_pct", "annual_return_pct", "annual_volatility_pct", "sharpe", "sortino", "calmar",
         "max_drawdown_pct", "max_drawdown_bars", "trades", "win_rate_pct", "profit_factor", "exposure_pct",
@@ -218,3 +218,22 @@ def test_the_json_key_says_what_the_figure_holds():
     assert m.as_dict()["fees_and_slippage_paid"] == m.as_dict()["fees_paid"] == m.fees_and_slippage_paid == 1.25
     from ppo_lstm.evaluation.report import ROWS
     assert ("fees_and_slippage_paid", "fees + slippage paid", "{:,.2f}") in ROWS
+
+
+def test_episode_returns_by_hand():
+    # returns 4, -2, 10, 0 (%): mean 3; deviations 1, -5, 7, -3 -> sample variance 84 / 3 = 28;
+    # sorted -2, 0, 4, 10: median 2; 5th percentile at rank 0.15 -> -2 + 0.15 * 2 = -1.7;
+    # 95th at rank 2.85 -> 4 + 0.85 * 6 = 9.1; 2 of the 4 above 0 (a 0 is no gain)
+    spread = episode_returns(np.array([4.0, -2.0, 10.0, 0.0]))
+    assert spread.mean_return_pct == pytest.approx(3.0) and spread.std_return_pct == pytest.approx(math.sqrt(28.0))
+    assert spread.median_return_pct == pytest.approx(2.0)
+    assert spread.p5_return_pct == pytest.approx(-1.7) and spread.p95_return_pct == pytest.approx(9.1)
+    assert spread.episodes_with_gain_pct == 50.0
+    assert list(spread.as_dict()) == ["mean_return_pct", "std_return_pct", "median_return_pct", "p5_return_pct",
+                                      "p95_return_pct", "episodes_with_gain_pct"] == list(EpisodeReturns.__dataclass_fields__)
+    assert json.loads(json.dumps(spread.as_dict(), allow_nan=False)) == spread.as_dict()
+    one = episode_returns(np.array([-3.5]))
+    assert one.std_return_pct is None and one.mean_return_pct == one.p5_return_pct == one.p95_return_pct == -3.5
+    for bad in (np.array([]), np.array([1.0, np.nan]), np.ones((2, 2))):
+        with pytest.raises(ValueError, match="returns_pct"):
+            episode_returns(bad)
