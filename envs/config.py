@@ -61,8 +61,11 @@ class EnvConfig:
     def __post_init__(self) -> None:
         if self.ema_spans is not None and str(self.ema_spans).strip().lower() in NO_SPANS:
             self.ema_spans = None  # --ema-spans none, "" and None are one setting: saved, compared and shown as none
-        # "512" and 512 are one setting (an int, as before several windows existed); "256, 1024" is "256,1024"
-        self.feature_window = canonical_feature_window(self.feature_window)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "feature_window":  # however set: "512" and 512 are one setting (the int), "256, 1024" "256,1024"
+            value = canonical_feature_window(value)
+        super().__setattr__(name, value)
 
     @property
     def num_actions(self) -> int:

@@ -190,3 +190,16 @@ def test_a_base_setting_the_space_samples_is_not_compared_so_a_changed_default_d
     with pytest.raises(UsageError, match=r"created with base epochs = 4, this command gives 2"):
         check_settings("s", old, {**now, "base": run_settings(TrainConfig(epochs=2))},
                        frozenset({"minibatches"}))  # the others are still compared
+
+
+def test_a_space_chooses_among_feature_windows_and_a_trial_gets_the_setting() -> None:
+    """--feature-window takes text (one window or several), so a space chooses among settings; a trial's
+    setting is the command line's: one window its int, several their text."""
+    from ppo_lstm.tune.space import apply
+    space = parse_space({"feature-window": {"choice": [256, "256, 1024,4096"]}}, train_parser(), "s.yaml", {})
+    (dim,) = space.dimensions
+    assert dim.dest == "env.feature_window" and not dim.integer
+    base = TrainConfig(env=EnvConfig(features="a"))
+    assert [apply(base, {dim.dest: v}).env.feature_window for v in dim.values] == [256, "256,1024,4096"]
+    with pytest.raises(UsageError, match="'feature-window' is not a number"):
+        parse_space({"feature-window": {"int": [256, 4096]}}, train_parser(), "s.yaml", {})
