@@ -134,6 +134,17 @@ def test_the_readme_quotes_the_committed_first_run():
     assert quoted[-1] == output[-1]
 
 
+def test_the_docs_quote_the_committed_first_run_evaluation():
+    """getting-started.md's and evaluation.md's simulated report are lines of the committed output."""
+    output = (ROOT / "docs" / "example" / "first_run_evaluation.txt").read_text().splitlines()
+    assert output[0].startswith("# evaluate-ppo-lstm --checkpoint checkpoints/best.pt --episodes 32 --seed 1 ")
+    for page in ("getting-started.md", "evaluation.md"):
+        block = re.search(r"^```\n(  per episode: .*?)^```", (ROOT / "docs" / page).read_text(), re.S | re.M)
+        assert block, f"docs/{page} quotes no simulated report"
+        quoted = [line for line in block.group(1).splitlines() if line.strip() != "..."]
+        assert len(quoted) >= 8 and all(line in output for line in quoted), page
+
+
 USER_PAGES = [pytest.param(page, marks=pytest.mark.xfail(reason="long paragraphs still to split", strict=False))
               if page.name in LONG_PARAGRAPHS_LEFT else page
               for page in PAGES if page.name not in GENERATED]
