@@ -32,7 +32,7 @@ EARLIER_STATE = ("before the batch rule", "before the rule", "another day", "the
                  "this round", "an earlier run", "old observation", "became the default", "before this version")
 MAX_WORDS = 120  # "about 120 words" at most in a paragraph or a bullet of a user page
 GENERATED = {"flags.md"}  # written by docs/make_flags.py from the parsers' help
-LONG_PARAGRAPHS_LEFT = {"architecture.md", "development.md", "environments.md"}  # still to split
+LONG_PARAGRAPHS_LEFT = {"environments.md"}  # still to split
 ANY_FENCE = re.compile(r"^[ \t]*(```|~~~).*?^[ \t]*\1[^\n]*$", re.S | re.M)
 ITEM = re.compile(r"(?:[-*+]|\d+\.)\s")
 BLOCK = re.compile(r"^```([\w-]*)\n(.*?)^```", re.S | re.M)
