@@ -31,12 +31,12 @@ import torch  # noqa: E402
 from bench.learning_markets import EVAL_SEED, env_config, write_signal_csv  # noqa: E402
 from envs.data import load_ohlcv  # noqa: E402
 from ppo_lstm.config.schema import TrainConfig
-from ppo_lstm.evaluation import backtest as backtest_module  # noqa: E402
+from ppo_lstm.evaluation import engine  # noqa: E402
 from ppo_lstm.evaluation.backtest import backtest_history  # noqa: E402
 from ppo_lstm.train.build import build_agent  # noqa: E402
 
 
-class PlainStepper(backtest_module.PolicyStepper):
+class PlainStepper(engine.PolicyStepper):
     """The stepper as a plain ``agent.step`` call: weights fetched and the state reset every bar."""
 
     def __call__(self, obs: np.ndarray) -> torch.Tensor:
@@ -60,7 +60,7 @@ def main() -> None:
     for _ in range(args.repeats):
         for name in times:
             plain = name != "PolicyStepper"
-            with mock.patch.object(backtest_module, "PolicyStepper", PlainStepper) if plain else contextlib.nullcontext():
+            with mock.patch.object(engine, "PolicyStepper", PlainStepper) if plain else contextlib.nullcontext():
                 start = time.perf_counter()
                 result = backtest_history(agent, env, data)
                 times[name].append(time.perf_counter() - start)

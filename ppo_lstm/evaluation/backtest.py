@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 import torch
@@ -50,6 +50,7 @@ from envs.config import EnvConfig
 from envs.core import TradingCore
 
 from ..algo.agent import RecurrentActorCritic
+from .engine import closed_trades, play
 from .metrics import EpisodeReturns, TradingMetrics, episode_returns, trading_metrics
 from .samples import SampleSplit
 
@@ -196,10 +197,10 @@ def backtest_history(agent: RecurrentActorCritic, env_config: EnvConfig, data: M
     core.rngs = [np.random.default_rng(0), np.random.default_rng(0)]  # one start is possible: no draw matters
     core.reset_rows(core.rows)
     units = core.ledger.units.copy()
-    equity, position = _play(core, agent, 1, steps, greedy, seed, device)
+    equity, position = play(core, agent, 1, steps, greedy, seed, device)
     bars = slice(first, end)  # the first decision bar, then the T scored bars
     opens = np.asarray(data.open[first + 1: end], dtype=np.float64)
-    pnls, fees = zip(*(_trades(position[:, i], opens, units[i], config) for i in range(2)))
+    pnls, fees = zip(*(closed_trades(position[:, i], opens, units[i], config) for i in range(2)))
     ppy = data.periods_per_year
     return BacktestResult(
         time=np.asarray(data.timestamps[bars]), close=np.asarray(data.close[bars], dtype=np.float64),
@@ -221,6 +222,80 @@ def evaluation_seeds(seed: int, episodes: int) -> list[int]:
     return [(1 << 64) + int(w) for w in words]
 
 
+@dataclass(frozen=True)
+class SimulatedRows:
+    """What playing n simulated episodes gives, rows ``0..n-1`` the agent's and ``n..2n-1``
+    buy-and-hold's on the same paths: ``equity [L+1, 2n]`` (row 0: the starting cash),
+    ``position [L, 2n]``, the bars' ``opens [2n, L]`` and ``closes [2n, W+L+1]``, and the
+    ``units [2n]`` of a lot."""
+
+    equity: np.ndarray
+    position: np.ndarray
+    opens: np.ndarray
+    closes: np.ndarray
+    units: np.ndarray
+
+    @property
+    def episodes(self) -> int:
+        return self.units.shape[0] // 2
+
+    def halves(self) -> tuple["SimulatedRows", "SimulatedRows"]:
+        """The agent's rows and buy-and-hold's, each as rows of one kind."""
+        n = self.episodes
+        return tuple(SimulatedRows(self.equity[:, h], self.position[:, h], self.opens[h], self.closes[h],
+                                   self.units[h]) for h in (slice(0, n), slice(n, 2 * n)))  # type: ignore[return-value]
+
+    @classmethod
+    def joined(cls, parts: Sequence["SimulatedRows"]) -> "SimulatedRows":
+        """The episodes of ``parts``, in order, as one play of them all gives them."""
+        halves = [part.halves() for part in parts]
+        rows = [[h[k] for h in halves] for k in (0, 1)]  # the agent's parts, then buy-and-hold's
+        glue = lambda name, axis: np.concatenate([getattr(r, name) for r in rows[0] + rows[1]], axis=axis)  # noqa: E731
+        return cls(glue("equity", 1), glue("position", 1), glue("opens", 0), glue("closes", 0), glue("units", 0))
+
+
+def play_simulated(agent: RecurrentActorCritic, env_config: EnvConfig, seeds: Sequence[int], greedy: bool = True,
+                   seed: int = 0, device: torch.device | str = "cpu") -> SimulatedRows:
+    """One episode of ``env_config``'s market and length on the path of each of ``seeds``, by the
+    agent and by buy-and-hold. Sampled actions (``greedy=False``) come from a generator seeded
+    by ``seed``. Greedy, an episode's rows are the same whichever other seeds it is played with."""
+    n, W, L = len(seeds), env_config.window, env_config.episode_length
+    core = TradingCore(2 * n, env_config)
+    for i, s in enumerate(list(seeds) * 2):  # buy-and-hold on the same paths
+        core.rngs[i] = seeding.np_random(s)[0]
+    core.reset_rows(core.rows)
+    units = core.ledger.units.copy()
+    equity, position = play(core, agent, n, L, greedy, seed, device)  # [L+1, 2n], [L, 2n]
+    return SimulatedRows(equity, position, core.open[:, W + 1:].copy(), core.close.copy(), units)
+
+
+def chain_simulated(rows: SimulatedRows, env_config: EnvConfig) -> BacktestResult:
+    """The backtest of played episodes (:func:`backtest_simulated`): their per-bar returns chained."""
+    W, L, episodes = env_config.window, env_config.episode_length, rows.episodes
+    curves, metrics, per_episode = [], [], []
+    for half in rows.halves():
+        growth = np.maximum(half.equity[-1] / env_config.initial_cash, 0.0)
+        per_episode.append(100.0 * (growth - 1.0))
+        scale = np.concatenate(([1.0], np.cumprod(growth)[:-1]))  # [N] chained equity / cash at each start
+        chained = np.concatenate(([env_config.initial_cash], (half.equity[1:] * scale).T.ravel()))
+        pnls, fees = [], 0.0
+        for k in range(episodes):
+            p, f = closed_trades(half.position[:, k], half.opens[k], half.units[k], env_config)
+            pnls.append(p * scale[k])
+            fees += f * scale[k]
+        held = half.position.T.ravel()
+        curves.append((chained, held))
+        metrics.append(trading_metrics(chained, held, np.concatenate(pnls), fees, SIMULATED_PERIODS_PER_YEAR))
+    closes = rows.closes
+    close = np.concatenate((closes[0, W:W + 1], closes[:episodes, W + 1:].ravel()))
+    return BacktestResult(
+        time=np.arange(episodes * L + 1, dtype=np.int64), close=close, equity=curves[0][0],
+        buy_and_hold_equity=curves[1][0], position=curves[0][1].astype(np.int64), agent=metrics[0],
+        buy_and_hold=metrics[1], fee_bps=env_config.fee_bps, slippage_bps=env_config.slippage_bps,
+        periods_per_year=SIMULATED_PERIODS_PER_YEAR, simulated=True, episode_length=L,
+        episode_returns_pct=per_episode[0], buy_and_hold_episode_returns_pct=per_episode[1])
+
+
 def backtest_simulated(agent: RecurrentActorCritic, env_config: EnvConfig, episodes: int, seed: int,
                        greedy: bool = True, device: torch.device | str = "cpu") -> BacktestResult:
     """``episodes`` episodes of ``env_config``'s market and length on paths seeded by
@@ -235,127 +310,8 @@ def backtest_simulated(agent: RecurrentActorCritic, env_config: EnvConfig, episo
     """
     if episodes < 1:
         raise ValueError(f"episodes must be at least 1, got {episodes}")
-    W, L = env_config.window, env_config.episode_length
-    core = TradingCore(2 * episodes, env_config)
-    for i, s in enumerate(evaluation_seeds(seed, episodes) * 2):  # buy-and-hold on the same paths
-        core.rngs[i] = seeding.np_random(s)[0]
-    core.reset_rows(core.rows)
-    units = core.ledger.units.copy()
-    equity, position = _play(core, agent, episodes, L, greedy, seed, device)  # [L+1, 2N], [L, 2N]
-    opens, closes = core.open[:, W + 1:], core.close  # [2N, L], [2N, W+L+1]
-    curves, metrics, per_episode = [], [], []
-    for half in (slice(0, episodes), slice(episodes, 2 * episodes)):
-        rows = np.arange(2 * episodes)[half]
-        growth = np.maximum(equity[-1, half] / env_config.initial_cash, 0.0)
-        per_episode.append(100.0 * (growth - 1.0))
-        scale = np.concatenate(([1.0], np.cumprod(growth)[:-1]))  # [N] chained equity / cash at each start
-        chained = np.concatenate(([env_config.initial_cash], (equity[1:, half] * scale).T.ravel()))
-        pnls, fees = [], 0.0
-        for k, i in enumerate(rows):
-            p, f = _trades(position[:, i], opens[i], units[i], env_config)
-            pnls.append(p * scale[k])
-            fees += f * scale[k]
-        held = position[:, half].T.ravel()
-        curves.append((chained, held))
-        metrics.append(trading_metrics(chained, held, np.concatenate(pnls), fees, SIMULATED_PERIODS_PER_YEAR))
-    close = np.concatenate((closes[0, W:W + 1], closes[:episodes, W + 1:].ravel()))
-    return BacktestResult(
-        time=np.arange(episodes * L + 1, dtype=np.int64), close=close, equity=curves[0][0],
-        buy_and_hold_equity=curves[1][0], position=curves[0][1].astype(np.int64), agent=metrics[0],
-        buy_and_hold=metrics[1], fee_bps=env_config.fee_bps, slippage_bps=env_config.slippage_bps,
-        periods_per_year=SIMULATED_PERIODS_PER_YEAR, simulated=True, episode_length=L,
-        episode_returns_pct=per_episode[0], buy_and_hold_episode_returns_pct=per_episode[1])
-
-
-# ----------------------------------------------------------------------------- the engine
-
-
-def _play(core: TradingCore, agent: RecurrentActorCritic, n: int, steps: int, greedy: bool, seed: int,
-          device: torch.device | str) -> tuple[np.ndarray, np.ndarray]:
-    """Step ``core``'s 2n envs ``steps`` times: envs 0..n-1 by the agent, n..2n-1 buy-and-hold.
-
-    The LSTM state starts at zero and is carried through every step. Returns the
-    equity ``[steps+1, 2n]`` (row 0: the starting cash) and positions ``[steps, 2n]``.
-    """
-    config = core.config
-    flat = 0 if config.no_short else config.max_position  # action index of 0 lots
-    actions = np.full(2 * n, config.num_actions - 1, np.int64)  # the last action is +K lots
-    equity = np.empty((steps + 1, 2 * n))
-    position = np.empty((steps, 2 * n))
-    equity[0] = core.ledger.equity
-    bust = np.zeros(2 * n, bool)
-    generator = None if greedy else torch.Generator(device).manual_seed(seed)
-    policy = PolicyStepper(agent, n, device)
-    with torch.inference_mode():
-        for t in range(steps):
-            logits = policy(core.observe()[:n])
-            if greedy:
-                chosen = logits.argmax(-1)
-            else:
-                chosen = torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
-            actions[:n] = chosen.cpu().numpy()
-            if bust.any():
-                actions[bust] = flat
-            core.step(actions)
-            equity[t + 1] = core.ledger.equity
-            position[t] = core.ledger.pos
-            bust |= core.ledger.equity <= 0.0
-    return equity, position
-
-
-class PolicyStepper:
-    """The agent's policy one time step at a time, its LSTM state carried from call to call.
-
-    ``__call__(obs [n, D] float32 numpy) -> logits [n, A]``, starting from the zero state,
-    through :meth:`RecurrentActorCritic.step` (``torch.lstm_cell``: logits equal to
-    ``agent.forward``'s up to float32 rounding). Call it under ``torch.inference_mode()``
-    or ``torch.no_grad()``, and make a new one after the agent's parameters change: for a
-    :class:`RecurrentActorCritic` it holds them (``step_weights``) and steps with no episode
-    start (nothing to reset), which saves about a fifth of a long backtest's time and changes
-    no bit of the logits. Any other policy with the agent's ``initial_state`` and ``step(obs,
-    state, starts)`` (the walk-forward's ensemble and rules) is called as it is.
-    """
-
-    def __init__(self, agent: RecurrentActorCritic, n: int, device: torch.device | str) -> None:
-        self.agent, self.device = agent, device
-        self.held = {"any_start": False, "weights": agent.step_weights()} \
-            if isinstance(agent, RecurrentActorCritic) else {}
-        self.state = agent.initial_state(n, device)  # (h, c), each [1, n, H]
-        self.starts = torch.zeros(n, device=device)  # the zero state needs no reset
-
-    def __call__(self, obs: np.ndarray) -> torch.Tensor:
-        logits, _, self.state = self.agent.step(torch.from_numpy(obs).to(self.device), self.state, self.starts,
-                                                **self.held)
-        return logits
-
-
-def _trades(position: np.ndarray, opens: np.ndarray, units: float, config: EnvConfig) -> tuple[np.ndarray, float]:
-    """Net PnLs ``[k]`` of the lots closed over ``position [T]`` (lots held during each bar,
-    entered at ``opens [T]`` of the same bar), and the fees plus slippage paid, in money.
-
-    The ledger's rules: fills at the open with adverse slippage, ``fee`` on each lot's
-    value at its fill, lots closed first in, first out; a lot's PnL is its price change
-    times its units less its entry and exit fees. Lots still open at the end are not trades.
-    """
-    fee, slip = config.fee_bps / 1e4, config.slippage_bps / 1e4
-    before = np.concatenate(([0.0], position[:-1]))
-    trade = position - before
-    at = np.flatnonzero(trade)
-    fills = opens[at] * (1.0 + np.sign(trade[at]) * slip)
-    lots = np.abs(trade[at])
-    fees = float(np.sum(lots * units * (fills * fee + opens[at] * slip)))
-    pnls: list[float] = []
-    book: list[float] = []  # entry fills of the open lots, oldest first
-    side = 0.0
-    for i, fill in zip(at.tolist(), fills.tolist()):
-        target = float(position[i])
-        keep = min(abs(before[i]), abs(target)) if target * before[i] > 0 else 0.0
-        for _ in range(int(abs(before[i]) - keep)):
-            entry = book.pop(0)
-            pnls.append(side * (fill - entry) * units - fee * units * (fill + entry))
-        book += [fill] * int(abs(target) - keep)
-        side = float(np.sign(target))
-    return np.asarray(pnls, dtype=np.float64), fees
+    return chain_simulated(play_simulated(agent, env_config, evaluation_seeds(seed, episodes), greedy, seed, device),
+                           env_config)
 
 
 def _bar_bounds(data: MarketData, start: int | str | datetime.date,

@@ -23,7 +23,7 @@ from envs.data import MarketData
 from ppo_lstm import TradingPolicy
 from ppo_lstm.algo.agent import RecurrentActorCritic
 from ppo_lstm.deploy.policy import Decision
-from ppo_lstm.evaluation.backtest import PolicyStepper
+from ppo_lstm.evaluation.engine import PolicyStepper
 
 BARS = 260
 FEATURES = "vol_z,Mom"  # as the training command names them: the file has Vol_Z and mom

@@ -14,8 +14,8 @@ from envs.data import MarketData
 from envs.trading_env import TradingEnv
 from envs.vector import VectorTradingEnv
 from ppo_lstm.algo.agent import RecurrentActorCritic
-from ppo_lstm.evaluation.backtest import (BacktestResult, PolicyStepper, _trades, backtest_history, backtest_simulated,
-                               evaluation_seeds)
+from ppo_lstm.evaluation.backtest import BacktestResult, backtest_history, backtest_simulated, evaluation_seeds
+from ppo_lstm.evaluation.engine import PolicyStepper, closed_trades
 from ppo_lstm.algo.seeding import env_seeds
 
 CFG = EnvConfig(window=8, episode_length=16, fee_bps=2.0, slippage_bps=3.0)
@@ -145,7 +145,7 @@ def test_trades_rebuilt_from_positions_match_the_ledger_fifo() -> None:
     position = actions - config.max_position
     opens = data.open[config.window + 1:]
     ledger = env.core.ledger
-    pnls, fees = _trades(position.astype(float), opens, float(ledger.units[0]), config)
+    pnls, fees = closed_trades(position.astype(float), opens, float(ledger.units[0]), config)
     assert len(pnls) == info["episode"]["closed_trades"] and (pnls > 0).sum() == info["episode"]["winning_trades"]
     # the accounts close: cash + open lots = start + closed PnLs + the open lots' PnL net of their entry fees
     entries = _open_lot_entries(position, opens, config)
