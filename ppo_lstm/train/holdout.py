@@ -1,5 +1,6 @@
-"""The backtest rank 0 runs at every checkpoint on what is held out of training
-(:mod:`ppo_lstm.data_split` says which bars that is).
+"""The backtest run at every checkpoint on what is held out of training
+(:mod:`ppo_lstm.data_split` says which bars that is): by rank 0, or, for simulated episodes on
+CPU workers, by every rank, each playing its share of the episodes for rank 0 to chain.
 
 With ``--data``, the hold-out backtest is :func:`ppo_lstm.evaluation.backtest.backtest_history`
 on bars ``split..hi-1``: its first decision is taken at the close of the first held-out bar
@@ -20,6 +21,7 @@ Without ``--data``, the hold-out is :func:`ppo_lstm.evaluation.backtest.backtest
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import shlex
 from dataclasses import dataclass
@@ -30,7 +32,10 @@ import torch
 from envs.data.instruments import instrument_name
 
 from ..algo.agent import RecurrentActorCritic
-from ..evaluation.backtest import BacktestResult, backtest_history, backtest_simulated, iso_stamp
+from ..config.plan import share
+from ..distributed.comm import Comm
+from ..evaluation.backtest import (BacktestResult, SimulatedRows, backtest_history, backtest_simulated, chain_simulated,
+                                   evaluation_seeds, iso_stamp, play_simulated)
 from ..config.schema import TrainConfig
 from ..data_split import DataSplit, day
 from ..rundir.logger import HOLDOUT_COLUMNS
@@ -103,22 +108,42 @@ class Holdout:
                 for name, bars in short.items()]
 
     @classmethod
-    def of(cls, config: TrainConfig, datas: Optional[Sequence[MarketData]],
-           splits: Optional[Sequence[DataSplit]]) -> Optional["Holdout"]:
-        """The run's hold-out, or None when it has none (``--holdout 0``, or ``--holdout-episodes 0``)."""
-        if config.holdout <= 0:
+    def of(cls, config: TrainConfig, datas: Optional[Sequence[MarketData]], splits: Optional[Sequence[DataSplit]],
+           rank: int = 0, device: torch.device = torch.device("cpu")) -> Optional["Holdout"]:
+        """The run's hold-out as ``rank`` plays it on ``device``: rank 0's, another rank's share where
+        every rank plays one (:meth:`played_by_every_rank`), else None; None for a run without one
+        (``--holdout 0``, or ``--holdout-episodes 0``)."""
+        if config.holdout <= 0 or (rank != 0 and not cls.played_by_every_rank(config, device)):
             return None
         if datas is not None:  # the splits keep at least MIN_HOLDOUT_BARS out whenever holdout > 0
             assert splits is not None
             return cls(config, datas, splits)
         return cls(config, None, None) if config.holdout_episodes > 0 else None
 
-    def run(self, agent: RecurrentActorCritic, device: torch.device) -> HoldoutResult:
+    @staticmethod
+    def played_by_every_rank(config: TrainConfig, device: torch.device) -> bool:
+        """Whether every rank plays a share of the hold-out: simulated episodes on CPU workers,
+        where an episode's figures are the same bits whatever episodes it is played with."""
+        return config.data is None and device.type == "cpu"
+
+    def run(self, agent: RecurrentActorCritic, device: torch.device,
+            comm: Optional[Comm] = None) -> Optional[HoldoutResult]:
         """The hold-out backtest of ``agent``'s current weights (touches no global RNG): one
-        instrument's result, or every instrument's."""
+        instrument's result, or every instrument's. Where several ranks of ``comm`` share it
+        (:meth:`played_by_every_rank`), every rank calls this: each plays its share of the
+        episodes, rank 0 gets the result, to the bit what one rank playing them all gives (one
+        gather), and the others None."""
         if self.datas is None or self.splits is None:
-            return backtest_simulated(agent, self.env, self.config.holdout_episodes, self.config.seed, greedy=True,
-                                      device=device)
+            seeds = evaluation_seeds(self.config.seed, self.config.holdout_episodes)
+            if comm is None or comm.world_size == 1 or not self.played_by_every_rank(self.config, device):
+                return backtest_simulated(agent, self.env, len(seeds), self.config.seed, greedy=True, device=device)
+            rows = play_simulated(agent, self.env, seeds[share(len(seeds), comm.rank, comm.world_size)],
+                                  device=device)
+            parts = comm.gather_objects(tuple(torch.from_numpy(a) for a in dataclasses.astuple(rows)))
+            if comm.rank != 0:
+                return None
+            return chain_simulated(SimulatedRows.joined([SimulatedRows(*(t.numpy() for t in p)) for p in parts]),
+                                   self.env)
         results = {instrument_name(data.source): backtest_history(agent, self.env, data, *split.backtest_span(),
                                                                   greedy=True, device=device)
                    for data, split in zip(self.datas, self.splits)}

@@ -116,7 +116,7 @@ class Trainer:
         np.random.seed(derive_seed(config.seed, self.rank, 17))
         data, split = market_data(config, self.rank)
         self.rollout = RolloutCollector(config, self.agent, self.rank, self.steps, self.device, *traded(data, split))
-        self.holdout = Holdout.of(config, data, split) if self.rank == 0 else None  # rank 0 backtests it
+        self.holdout = Holdout.of(config, data, split, self.rank, self.device)  # rank 0's, or its share of it
         self.data_fingerprint = data_fingerprint(data, split)  # None where this rank simulates
         self.state = RunState.fresh(config, self.rank, self.world_size)
         self.resumed_from: Optional[Path] = None
@@ -149,8 +149,7 @@ class Trainer:
         data_note, data_changed = check_resume_data(self.config, state, self.data_fingerprint, str(path))
         warning = self.state.restore(state, self.config, self.rank, self.world_size)
         if warning is None and not data_changed:
-            warning = restore_rank_or_restart(state["ranks"][self.rank], self.rollout, self.state.update,
-                                              self.rank)
+            warning = restore_rank_or_restart(state["ranks"][self.rank], self.rollout, self.state.update, self.rank)
         else:
             self.rollout.restart(generation=self.state.update)
         if data_changed:  # --allow-data-change: the old hold-out's scores do not compare
@@ -213,7 +212,7 @@ class Trainer:
                 self.log.line(warning)
         due = finished or bool(agreed.signum) or s.global_episodes >= s.next_checkpoint_at
         with clock("hold-out"):
-            holdout = self._run_holdout() if due and not agreed.signum else None  # rank 0's only
+            holdout = self._run_holdout() if due and not agreed.signum else None  # rank 0's result
         with clock("logging"):
             self.log.metrics(metrics_row(s, stats, skipped, self.optimizer, agreed.rank_sps, elapsed(),
                                          update_totals, holdout))
@@ -308,10 +307,11 @@ class Trainer:
         return update_totals
 
     def _run_holdout(self) -> Optional[HoldoutResult]:
-        """Rank 0 backtests the current weights on the hold-out and logs the line; None without one."""
-        if self.holdout is None:
+        """Backtest the current weights on the hold-out (each rank its share, where shared); rank 0 logs it."""
+        result = self.holdout.run(self.agent, self.device, self.comm) if self.holdout is not None else None
+        if result is None:  # no hold-out, or a share of it on a rank other than 0
             return None
-        s, result = self.state, self.holdout.run(self.agent, self.device)
+        s = self.state
         again = s.global_episodes == self.holdout_at  # a stop between rounds: later weights, the same count
         self.log.line(holdout_line(s.global_episodes, result) + (f" (update {s.update}, after the line above at "
                                                                  f"this episode count)" if again else ""))
