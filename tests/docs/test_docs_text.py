@@ -32,7 +32,6 @@ EARLIER_STATE = ("before the batch rule", "before the rule", "another day", "the
                  "this round", "an earlier run", "old observation", "became the default", "before this version")
 MAX_WORDS = 120  # "about 120 words" at most in a paragraph or a bullet of a user page
 GENERATED = {"flags.md"}  # written by docs/make_flags.py from the parsers' help
-LONG_PARAGRAPHS_LEFT = {"environments.md"}  # still to split
 ANY_FENCE = re.compile(r"^[ \t]*(```|~~~).*?^[ \t]*\1[^\n]*$", re.S | re.M)
 ITEM = re.compile(r"(?:[-*+]|\d+\.)\s")
 BLOCK = re.compile(r"^```([\w-]*)\n(.*?)^```", re.S | re.M)
@@ -145,9 +144,7 @@ def test_the_docs_quote_the_committed_first_run_evaluation():
         assert len(quoted) >= 8 and all(line in output for line in quoted), page
 
 
-USER_PAGES = [pytest.param(page, marks=pytest.mark.xfail(reason="long paragraphs still to split", strict=False))
-              if page.name in LONG_PARAGRAPHS_LEFT else page
-              for page in PAGES if page.name not in GENERATED]
+USER_PAGES = [page for page in PAGES if page.name not in GENERATED]
 
 
 @pytest.mark.parametrize("page", USER_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
