@@ -75,16 +75,12 @@ def train_worker(config: TrainConfig, worker: Worker, command: Optional[CommandL
             except (UsageError, CheckpointError) as err:
                 sent = (str(err), None, ())
         failure, resume, notes = comm.gather_objects(sent)[0]
-        if start is None and not failure:  # every other rank resolves the same settings on its own
-            try:
-                resume = Resume(*resume) if resume else None
-                start = RunStart(resolve_run(command, comm.world_size, resume), resume, tuple(notes))
-            except UsageError as err:
-                failure = str(err)
     trainer: Optional[Trainer] = None
     if not failure:  # step 2: every rank builds its trainer
-        assert start is not None
         try:
+            if start is None:  # a rank that did not open the run resolves the same settings on its own
+                resume = Resume(*resume) if resume else None
+                start = RunStart(resolve_run(command, comm.world_size, resume), resume, tuple(notes))
             resolved, resume = start.resolved, start.resume
             change = resolved.change_line()
             trainer = Trainer(resolved.config, worker, (Path(resume.path), resume.state) if resume else None, stop,
