@@ -7,5 +7,6 @@
 - ``rollout.py``: ``RolloutCollector``, the envs, the carried LSTM state and the action sampler;
 - ``ppo.py``: the PPO update over minibatches of whole sequences;
 - ``episodes.py``: episode accounting (``EPISODE_FIELDS``, ``episode_records``, ``EpisodeTotals``);
-- ``seeding.py``: seeds per (seed, rank, purpose).
+- ``seeding.py``: seeds per (seed, rank, purpose);
+- ``value_norm.py``: ``RunningMeanStd``, the running statistics of ``--norm-value``.
 """

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from .agent import RecurrentActorCritic, sequence_boundaries
 from .buffer import RolloutBatch
+from .value_norm import RunningMeanStd
 from ..config.plan import share, shares
 from ..distributed import Comm
 
@@ -172,7 +173,7 @@ def _piece_loss(agent: RecurrentActorCritic, batch: RolloutBatch, settings: PPOS
 
 def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, batch: RolloutBatch,
                settings: PPOSettings, permutation_generator: torch.Generator, comm: Comm,
-               starts_on_host: Optional[Tensor] = None) -> PendingStats:
+               starts_on_host: Optional[Tensor] = None, value_norm: Optional[RunningMeanStd] = None) -> PendingStats:
     """Run ``epochs`` passes of minibatch PPO over the combined ``batch`` (``[T, B_total]`` sequences).
 
     Every rank calls this with the same combined batch and the same generator state, so
@@ -191,7 +192,14 @@ def ppo_update(agent: RecurrentActorCritic, optimizer: torch.optim.Optimizer, ba
     (:class:`PendingStats`). A non-finite loss on any rank's share reaches every rank in
     the step's sum; it does not stop the loop (the trainer undoes such an update) but
     ends the epochs with ``target_kl``, whose stop is decided on the whole minibatches' KL.
+
+    ``value_norm`` (``--norm-value``; None: off): its statistics first take in the batch's
+    returns ``[T, B_total]``, alike on every rank (the batch is), then the critic trains on the
+    returns and old values normalised with them (one device -> host copy of two numbers).
     """
+    if value_norm is not None:
+        value_norm.update(batch.returns)
+        batch = value_norm.normalized_batch(batch)
     num_envs = batch.num_envs
     if not 1 <= settings.minibatches <= num_envs:
         raise ValueError(f"{settings.minibatches} minibatches of the batch's {num_envs} env sequences leave one empty")

@@ -26,6 +26,7 @@ from ..errors import TrainingError
 from .episodes import EPISODE_FIELDS, episode_records
 from .seeding import derive_seed, env_seeds
 from .staging import StepStaging
+from .value_norm import RunningMeanStd
 
 if TYPE_CHECKING:
     from envs.data import MarketData
@@ -90,6 +91,8 @@ class RolloutCollector:
         self.obs: np.ndarray = self.env.reset(seed=env_seeds(config.seed, rank, config.num_envs))[0]  # [N, D]
         self.episode_start = np.ones(config.num_envs, dtype=bool)  # [N]
         self.lstm_state: LSTMState = agent.initial_state(config.num_envs, device)  # ([1, N, H], [1, N, H])
+        # --norm-value: the critic's outputs are normalised values, de-normalised wherever a value is kept
+        self.value_norm: Optional[RunningMeanStd] = RunningMeanStd() if config.norm_value else None
 
     def restart(self, generation: int) -> None:
         """New episodes in every env, from seeds of ``generation``, and a zero LSTM state (a
@@ -111,6 +114,7 @@ class RolloutCollector:
         A time-limit truncation is bootstrapped by adding gamma * V(final obs) to that
         step's reward (the final obs is valued with the episode's own LSTM state). Step
         t's reward reaches the device with step t+1's inputs (the last one in :meth:`finish`).
+        With ``--norm-value`` the stored values are de-normalised (:attr:`value_norm`).
         """
         records = []
         stage = self.staging
@@ -129,7 +133,7 @@ class RolloutCollector:
                     obs, h, c, starts, bool(self.episode_start.any()), weights)  # [N, A], [N], [N, H], [N, H]
                 actions, host_actions = sample_actions(logits, self.sample_generator, self.check_on_device, update)
                 log_probs = logits.log_softmax(-1).gather(-1, actions[:, None])[:, 0]  # [N]
-                self.buffer.add(t, obs, starts, actions, log_probs, values)
+                self.buffer.add(t, obs, starts, actions, log_probs, self._in_reward_units(values))
                 self.obs, rewards, terminated, truncated, info = self.env.step(host_actions)
                 cut = truncated & ~terminated
                 self.episode_start = terminated | truncated
@@ -151,7 +155,7 @@ class RolloutCollector:
         with torch.no_grad():
             self._store_rewards(self.steps - 1, self.lstm_state[0][0], self.lstm_state[1][0])
             _, values, _ = self.agent(self.staging.obs[None], self.lstm_state, self.staging.starts[None])
-        return values[0], self.staging.starts
+        return self._in_reward_units(values[0]), self.staging.starts
 
     def finish(self) -> RolloutBatch:
         """The rollout as a batch ``[T, N]`` with GAE advantages: :meth:`bootstrap`, then GAE."""
@@ -172,8 +176,12 @@ class RolloutCollector:
         _, values, _ = self.agent(final_obs[None], (h[None, index], c[None, index]),
                                   torch.zeros(1, len(index), device=self.device))
         out = torch.zeros(self.num_envs, device=self.device)
-        out[index] = values[0]
+        out[index] = self._in_reward_units(values[0])
         return out
+
+    def _in_reward_units(self, values: Tensor) -> Tensor:
+        """The critic's ``values`` ``[k]``, de-normalised with ``--norm-value`` (else as they are)."""
+        return values if self.value_norm is None else self.value_norm.denormalize(values)
 
     def state(self) -> dict[str, Any]:
         """The sampler (with the device type whose layout its state has), env, observation,

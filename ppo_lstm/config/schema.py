@@ -127,6 +127,10 @@ class TrainConfig:
     max_grad_norm: float = setting(0.5, PPO, "global gradient-norm clip")
     clip_vloss: bool = setting(True, PPO, "clip the value loss around the old values")
     norm_adv: bool = setting(True, PPO, "normalise advantages per minibatch")
+    norm_value: bool = setting(False, PPO, "the critic learns the returns standardised by their running mean and std "
+                                      "(rl_games' normalize_value: baselines' RunningMeanStd of every batch's "
+                                      "returns); its values are de-normalised for GAE, its value loss is in those "
+                                      "units. Off: the critic learns the returns as they are")
     anneal_lr: bool = setting(True, PPO, "anneal learning rates linearly to 0 over the run's --episodes")
     micro_batches: int = setting(1, PPO, "pieces each worker splits its share of a minibatch into, their gradients summed "
                                     "before the step: the same update in less memory", launch=True)

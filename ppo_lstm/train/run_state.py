@@ -24,6 +24,7 @@ from ..errors import one_line
 from ..distributed import episode_share, remaining_episode_shares
 from ..algo.episodes import EpisodeTotals
 from ..algo.rollout import RolloutCollector
+from ..algo.value_norm import RunningMeanStd
 
 # settings that decide what the envs trade and what is held out: a resume that changes one restarts the envs
 MARKET_SETTINGS = ("env", "data", "data_start", "data_end", "holdout", "holdout_episodes")
@@ -51,10 +52,13 @@ class RunState:
     best_score: float = -math.inf  # rank 0's: the score of best.pt (hold-out or training return)
     best_holdout: Optional[dict[str, Any]] = None  # rank 0's: best.pt's hold-out line and figures
     train_seconds: float = 0.0  # the run's training wall time, every invocation's, up to its last checkpoint
+    value_norm: Optional[RunningMeanStd] = None  # --norm-value: the rollout's statistics, alike on every rank
 
     @classmethod
-    def fresh(cls, config: TrainConfig, rank: int, world_size: int) -> "RunState":
-        return cls(episode_share(config.episodes, rank, world_size), config.log_interval, config.checkpoint_interval)
+    def fresh(cls, config: TrainConfig, rank: int, world_size: int,
+              value_norm: Optional[RunningMeanStd] = None) -> "RunState":
+        return cls(episode_share(config.episodes, rank, world_size), config.log_interval, config.checkpoint_interval,
+                   value_norm=value_norm)
 
     # ------------------------------------------------------------------ counting
 
@@ -112,7 +116,9 @@ class RunState:
                    ranks: list[dict[str, Any]], score: float,
                    data: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
         """The checkpoint dict: weights, optimizer, config, counters, every rank's state and
-        ``data``, the training data's fingerprint (``data_fingerprint``), every tensor on the CPU."""
+        ``data``, the training data's fingerprint (``data_fingerprint``), every tensor on the CPU;
+        with ``--norm-value`` also ``value_norm``, its statistics (without it, no such key)."""
+        value_norm = {} if self.value_norm is None else {"value_norm": self.value_norm.state()}
         return on_cpu({
             "format": CHECKPOINT_FORMAT,
             "run_id": self.run_id,
@@ -131,6 +137,7 @@ class RunState:
             },
             "ranks": ranks,
             "data": data,
+            **value_norm,
         })
 
     def restore(self, state: dict[str, Any], config: TrainConfig, rank: int, world_size: int) -> Optional[str]:
@@ -138,7 +145,8 @@ class RunState:
 
         Returns None when this rank continues its own saved stream (same world size,
         ``--num-envs`` and market), else the warning to print: then what is left is
-        split afresh and the envs must restart.
+        split afresh and the envs must restart. ``--norm-value``'s statistics are taken too,
+        whatever the layout (a checkpoint without them: they start afresh).
         """
         counters = state["counters"]
         self.update, self.global_episodes = counters["update"], counters["global_episodes"]
@@ -150,6 +158,8 @@ class RunState:
         self.best_holdout = counters["best_holdout"]
         self.train_seconds = counters["train_seconds"]
         self.run_id = state["run_id"] or self.run_id  # the oldest checkpoints carry none
+        if self.value_norm is not None and state.get("value_norm") is not None:
+            self.value_norm.load(state["value_norm"])
         saved_world, saved_envs = state["world_size"], state["config"]["num_envs"]
         same_layout = (saved_world == world_size and len(state["ranks"]) == world_size
                        and saved_envs == config.num_envs)

@@ -118,7 +118,7 @@ class Trainer:
         self.rollout = RolloutCollector(config, self.agent, self.rank, self.steps, self.device, *traded(data, split))
         self.holdout = Holdout.of(config, data, split, self.rank, self.device)  # rank 0's, or its share of it
         self.data_fingerprint = data_fingerprint(data, split)  # None where this rank simulates
-        self.state = RunState.fresh(config, self.rank, self.world_size)
+        self.state = RunState.fresh(config, self.rank, self.world_size, self.rollout.value_norm)
         self.resumed_from: Optional[Path] = None
         self.holdout_at = -1  # the episode count of rank 0's last hold-out line
         if resume is not None:
@@ -287,7 +287,7 @@ class Trainer:
         snapshot = self.guard.snapshot()
         starts_on_host = batch.episode_starts.cpu()  # [T, N*W]: the update's one device -> host copy before the end
         pending = ppo_update(self.agent, self.optimizer, batch, self.settings, self.permutation_generator, self.comm,
-                             starts_on_host)
+                             starts_on_host, self.rollout.value_norm)
         outputs_ok = outputs_finite(self.agent, batch, starts_on_host, self.comm, self.settings.shard)
         row = torch.cat([pending.row, outputs_ok.float().view(1)]).tolist()  # stats and verdict in one copy
         stats = UpdateStats.from_row(row[:-1], pending.epochs_run)

@@ -21,6 +21,7 @@ from conftest import ROOT, load_state
 from envs.config import EnvConfig
 from ppo_lstm.algo.buffer import RolloutBatch
 from ppo_lstm.algo.ppo import PPOSettings, ppo_update
+from ppo_lstm.algo.value_norm import RunningMeanStd
 from ppo_lstm.config.plan import share
 from ppo_lstm.algo.rollout import RolloutCollector
 from ppo_lstm.config.schema import TrainConfig
@@ -64,21 +65,24 @@ def case_inputs(envs: int, nan: bool) -> tuple[TrainConfig, dict, RolloutBatch]:
     return config, agent.state_dict(), batch
 
 
-def guarded_update(config: TrainConfig, weights: dict, batch: RolloutBatch, settings: PPOSettings, comm) -> dict:
-    """One update as the trainer runs it (guard, sharded update, shared output check)."""
+def guarded_update(config: TrainConfig, weights: dict, batch: RolloutBatch, settings: PPOSettings, comm,
+                   value_norm: RunningMeanStd | None = None) -> dict:
+    """One update as the trainer runs it (guard, sharded update, shared output check); ``value_norm``:
+    --norm-value's statistics, whose state after the update is returned too."""
     agent = build_agent(config)
     agent.load_state_dict(weights)
     optimizer = build_optimizer(agent, learning_rates(config))
     guard = UpdateGuard(agent, optimizer, comm.world_size, NullLogger())
     snapshot = guard.snapshot()
     starts = batch.episode_starts.cpu()
-    pending = ppo_update(agent, optimizer, batch, settings, torch.Generator().manual_seed(5), comm, starts)
+    pending = ppo_update(agent, optimizer, batch, settings, torch.Generator().manual_seed(5), comm, starts, value_norm)
     stats = pending.fetch()
     ok = stats.finite and bool(outputs_finite(agent, batch, starts, comm, settings.shard))
     skipped = guard.judge(1, ok, snapshot)
     return {"model": agent.state_dict(), "optimizer": optimizer.state_dict(), "skipped": skipped,
             "epochs_run": stats.epochs_run, "stats": [stats.policy_loss, stats.value_loss, stats.entropy,
-                                                      stats.approx_kl, stats.clip_fraction]}
+                                                      stats.approx_kl, stats.clip_fraction],
+            "value_norm": None if value_norm is None else value_norm.state()}
 
 
 SCRIPT = """
@@ -88,6 +92,7 @@ from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import launch
 from envs.config import EnvConfig
 from ppo_lstm.algo.buffer import RolloutBatch
+from ppo_lstm.algo.value_norm import RunningMeanStd
 from test_sharded_update import CASES, REPLICATED, guarded_update, settings_for
 
 def worker(config, w):
@@ -107,6 +112,9 @@ def worker(config, w):
                                        settings_for(case_config, minibatches, micro, target_kl, shard=False), w.comm)
     w.comm.sum_ = sum_
     out["replicated"]["sums"] = len(sums)
+    out["norm-value"] = guarded_update(case_config, saved["weights"], RolloutBatch(**saved["batch"]),
+                                       settings_for(case_config, minibatches, micro, target_kl), w.comm,
+                                       RunningMeanStd())
     torch.save(out, f"rank{w.comm.rank}.pt")
     return 0
 
@@ -196,3 +204,21 @@ def test_an_update_left_whole_on_every_rank_is_the_one_process_update_bit_for_bi
         for key, value in result["model"].items():
             assert torch.equal(value, reference["model"][key]), key
         assert result["stats"] == reference["stats"]
+
+
+@pytest.mark.e2e
+def test_a_sharded_update_with_norm_value_keeps_the_ranks_and_their_statistics_bitwise_equal(sharded):
+    """--norm-value: each rank takes the combined batch's returns into its own statistics, without a
+    collective; both end with the same statistics (one process's) and the same weights."""
+    inputs, rank0, rank1 = sharded
+    envs, minibatches, micro, target_kl, _ = CASES[REPLICATED]
+    config, weights, batch = inputs[REPLICATED]
+    reference = guarded_update(config, weights, copy.deepcopy(batch), settings_for(config, minibatches, 1, target_kl),
+                               LocalComm(), RunningMeanStd())
+    ours, theirs = rank0["norm-value"], rank1["norm-value"]
+    assert not ours["skipped"] and ours["value_norm"] == theirs["value_norm"] == reference["value_norm"]
+    assert ours["value_norm"]["count"] > 1.0
+    for key, value in ours["model"].items():
+        assert torch.equal(value, theirs["model"][key]), key
+        torch.testing.assert_close(value, reference["model"][key], rtol=1e-5, atol=1e-7)
+    assert not torch.equal(ours["model"]["value_head.weight"], rank0[REPLICATED]["model"]["value_head.weight"])
