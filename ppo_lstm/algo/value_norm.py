@@ -11,7 +11,9 @@ returns and old values normalised with the statistics after that step.
 
 The statistics are Python floats (float64), computed from the batch every rank holds after
 the gather, so every rank holds the same ones without a collective; they travel in the
-checkpoint as ``value_norm`` and come back bit for bit on ``--resume``.
+checkpoint as ``value_norm`` and come back bit for bit on ``--resume``. The checkpoint's
+model is the normalised critic: the ``value`` that ``ppo_lstm.deploy`` and its ONNX export
+report for such a checkpoint is in these units, not yet de-normalised (the policy is unaffected).
 """
 from __future__ import annotations
 
