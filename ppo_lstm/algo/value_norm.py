@@ -12,8 +12,9 @@ returns and old values normalised with the statistics after that step.
 The statistics are Python floats (float64), computed from the batch every rank holds after
 the gather, so every rank holds the same ones without a collective; they travel in the
 checkpoint as ``value_norm`` and come back bit for bit on ``--resume``. The checkpoint's
-model is the normalised critic: the ``value`` that ``ppo_lstm.deploy`` and its ONNX export
-report for such a checkpoint is in these units, not yet de-normalised (the policy is unaffected).
+model is the normalised critic; a policy loaded for use (``evaluation.loading``, and so
+deploy, serving and the ONNX export) has the statistics folded into its value head
+(:func:`fold_into_value_head`), so the value it reports is in reward units.
 """
 from __future__ import annotations
 
@@ -80,3 +81,13 @@ class RunningMeanStd:
     def load(self, state: dict[str, Any]) -> None:
         """Inverse of :meth:`state`."""
         self.mean, self.var, self.count = float(state["mean"]), float(state["var"]), float(state["count"])
+
+
+def fold_into_value_head(head: torch.nn.Linear, saved: dict[str, Any]) -> None:
+    """Make ``head`` (the critic's last layer, ``[1, H]``) output the de-normalised value of the
+    checkpoint statistics ``saved``: weight x std, bias x std + mean."""
+    stats = RunningMeanStd()
+    stats.load(saved)
+    with torch.no_grad():
+        head.weight.mul_(stats.std)
+        head.bias.mul_(stats.std).add_(stats.mean)

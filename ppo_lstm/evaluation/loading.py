@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Optional
 import torch
 
 from ..algo.agent import RecurrentActorCritic
+from ..algo.value_norm import fold_into_value_head
 from ..config.schema import TrainConfig
 from ..distributed.cuda import configure_numerics
 from ..distributed.devices import resolve_device
@@ -82,6 +83,8 @@ def load_policy_and_data(path: str | os.PathLike, device: torch.device | str = "
         raise UsageError(
             f"{path}: the model does not match the checkpoint's settings ({model_flags(config)}): "
             f"{one_line(err)}") from None
+    if config.norm_value:  # the critic learned standardised values: report them in reward units
+        fold_into_value_head(agent.value_head, state["value_norm"])
     fingerprint = state.get("data")
     return agent.to(device), config, fingerprint if isinstance(fingerprint, list) else None
 

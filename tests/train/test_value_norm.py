@@ -16,6 +16,7 @@ from ppo_lstm.algo.rollout import RolloutCollector
 from ppo_lstm.algo.value_norm import EPSILON, PRIOR_COUNT, RunningMeanStd
 from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.distributed import LocalComm
+from ppo_lstm.evaluation.loading import load_policy
 from ppo_lstm.rundir.checkpoint import CheckpointDir, load_checkpoint
 from ppo_lstm.train.build import build_agent, build_optimizer
 from ppo_lstm.config.plan import learning_rates
@@ -125,3 +126,21 @@ def test_without_norm_value_a_checkpoint_holds_no_statistics_and_the_run_differs
     a, b = (load_state(CheckpointDir(d).checkpoints()[-1]) for d in (off, on))
     assert "value_norm" not in a and a["config"]["norm_value"] is False
     assert not torch.equal(a["model"]["value_head.weight"], b["model"]["value_head.weight"])
+
+
+def test_a_loaded_norm_value_policy_reports_values_in_reward_units(tmp_path):
+    checkpoint = CheckpointDir(_run(tmp_path / "run", "--norm-value")).checkpoints()[-1]
+    state = load_state(checkpoint)
+    agent, _ = load_policy(checkpoint)
+    raw = build_agent(TrainConfig.from_dict(state["config"]))
+    raw.load_state_dict(state["model"])
+    stats = RunningMeanStd()
+    stats.load(state["value_norm"])
+    obs = torch.randn(5, 3, TrainConfig.from_dict(state["config"]).env.obs_dim)
+    starts = torch.zeros(5, 3)
+    with torch.no_grad():
+        logits, values, _ = agent(obs, agent.initial_state(3), starts)
+        raw_logits, raw_values, _ = raw(obs, raw.initial_state(3), starts)
+    assert torch.equal(logits, raw_logits)  # the policy is untouched
+    assert torch.allclose(values, stats.denormalize(raw_values), rtol=1e-5, atol=1e-6)
+    assert stats.std != pytest.approx(1.0)  # the fold changed something
