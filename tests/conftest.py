@@ -263,7 +263,7 @@ def cli_in_process(cwd: Path, *args: str) -> Result:
             err.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line))
     finally:
         os.chdir(previous)
-        if dict(os.environ) != environ:  # e.g. the launcher's run-lock variable
+        if dict(os.environ) != environ:  # whatever a run set in it
             os.environ.clear()
             os.environ.update(environ)
         for sig, handler in handlers.items():
