@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
-from envs.data.features import feature_zscores
+from envs.data.features import stacked_zscores
 from envs.ema_deviation import ema_deviations
 from envs.observation import normalised_returns, rolling_rms
 
@@ -77,7 +77,7 @@ def _prefix(full: np.ndarray, rows: int) -> np.ndarray:
     return out
 
 
-def _compute(data: MarketData, hi: int, window: int, names: tuple[str, ...], feature_window: int | tuple[int, ...],
+def _compute(data: MarketData, hi: int, window: int, names: tuple[str, ...], windows: tuple[int, ...],
              spans: tuple[int, ...]) -> tuple[np.ndarray, Optional[np.ndarray]]:
     o = np.ascontiguousarray(data.open, dtype=np.float64)
     c = np.ascontiguousarray(data.close, dtype=np.float64)
@@ -86,13 +86,11 @@ def _compute(data: MarketData, hi: int, window: int, names: tuple[str, ...], fea
     z.flags.writeable = False
     if not (names or spans):
         return z, None
-    windows = (feature_window,) if isinstance(feature_window, int) else tuple(feature_window)
-    k, entries = len(windows), len(names) * len(windows)
+    entries = len(names) * len(windows)
     f = np.zeros((len(c), entries + len(spans)), np.float32)
     if names:
         assert data.features is not None
-        for i, one in enumerate(windows):  # column j's window i at j * k + i, as stacked_zscores lays them
-            f[:hi, i:entries:k] = feature_zscores(data.features[:hi], one)
+        f[:hi, :entries] = stacked_zscores(data.features[:hi], windows)
     if spans:
         rms = rolling_rms(c[:hi], window)[:, None]
         f[:hi, entries:] = ema_deviations(o[:1], c[:hi, None], rms, window, spans)[:, 0]

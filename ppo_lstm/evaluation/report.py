@@ -50,6 +50,7 @@ def report_dict(result: BacktestResult) -> dict[str, Any]:
     ``training_period``, ``sample`` (:meth:`ppo_lstm.evaluation.samples.SampleSplit.as_dict`),
     ``fee_bps``, ``slippage_bps``, then, for a simulated backtest only, ``per_episode``
     (:func:`per_episode_dict`), then ``agent``, ``buy_and_hold``."""
+    per_episode = per_episode_dict(result)
     return {
         "bars": result.bars,
         "start": result.start,
@@ -61,7 +62,7 @@ def report_dict(result: BacktestResult) -> dict[str, Any]:
         **({"foreign_data": result.foreign_data} if result.foreign_data else {}),
         "fee_bps": float(result.fee_bps),
         "slippage_bps": float(result.slippage_bps),
-        **({"per_episode": per_episode_dict(result)} if result.per_episode() is not None else {}),
+        **({"per_episode": per_episode} if per_episode is not None else {}),
         "agent": result.agent.as_dict(),
         "buy_and_hold": result.buy_and_hold.as_dict(),
     }

@@ -44,13 +44,13 @@ def test_spans_ending_at_different_bars_compute_the_file_once_and_keep_each_span
     import envs.markets.file_columns as module
     data = market_data()
     calls = []
-    real = module.feature_zscores
-    monkeypatch.setattr(module, "feature_zscores", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = module.stacked_zscores
+    monkeypatch.setattr(module, "stacked_zscores", lambda *a, **k: calls.append(1) or real(*a, **k))
     his = [9, 300, 340, 380, 420, 460, 500, 540, 600]  # a backtest's episodes, each ending at its own bar
     got = [file_columns(data, hi, 8, ("a",), 64, (20,)) for hi in his]
     assert len(calls) == 1  # the whole file, once: not once per span
     for hi, (z, f) in zip(his, got):  # each span is what computing it alone gives, bit for bit
-        alone_z, alone_f = module._compute(market_data(), hi, 8, ("a",), 64, (20,))
+        alone_z, alone_f = module._compute(market_data(), hi, 8, ("a",), (64,), (20,))
         np.testing.assert_array_equal(z, alone_z)
         np.testing.assert_array_equal(f, alone_f)
         assert not z.flags.writeable and not f.flags.writeable
