@@ -43,6 +43,13 @@ def gathered(trainer, records: Any):
     return batch
 
 
+def full_schedules() -> Any:
+    """The schedules an iteration here updates at: full costs and rates."""
+    from ppo_lstm.config.schedule import Schedules
+
+    return Schedules(costs=1.0, rates=1.0)
+
+
 def iteration(trainer) -> tuple[float, float]:
     """One training iteration without logging: (rollout seconds, update seconds)."""
     tic = time.perf_counter()
@@ -50,7 +57,7 @@ def iteration(trainer) -> tuple[float, float]:
     batch = gathered(trainer, records)
     _sync(trainer)
     mid = time.perf_counter()
-    trainer._update(batch)
+    trainer._update(batch, full_schedules())
     _sync(trainer)
     return mid - tic, time.perf_counter() - mid
 
@@ -116,7 +123,7 @@ def syncs(plan: Plan, envs: int = 64) -> dict[str, Any]:
             collect = lambda: trainer.rollout.collect(trainer.state.update)  # noqa: E731
             rollout = count(collect) if count else collect()
             batch = gathered(trainer, torch.zeros(0, 6).numpy())
-            update = count(lambda: trainer._update(batch)) if count else trainer._update(batch)
+            update = count(lambda: trainer._update(batch, full_schedules())) if count else trainer._update(batch, full_schedules())
         finally:
             trainer.log.close()
     if count is None:

@@ -13,6 +13,8 @@ and only here, from the keys it holds: a setting the writing version lacked is w
 trained with, not today's default, and the batch rule it trained under follows from
 whether it held ``rollout_steps`` (``ppo_lstm.config.plan.RULES``). Format 3 lets
 ``feature_window`` name several windows (text); format 2's single window reads as it is.
+Format 4 records ``schedule_rule``: earlier runs keep rule 1's clocks
+(``ppo_lstm.config.schedule``).
 """
 from __future__ import annotations
 
@@ -23,8 +25,8 @@ from envs.data.features import FEATURE_WINDOW, SAVED_FEATURE_WINDOW
 from ..errors import UsageError
 from .plan import SAVED_RATE_CAP
 
-CHECKPOINT_FORMAT = 3  # what this version writes into a checkpoint's "format"
-SETTINGS_FORMAT = 3  # ... and beside saved settings elsewhere ("settings_format")
+CHECKPOINT_FORMAT = 4  # what this version writes into a checkpoint's "format"
+SETTINGS_FORMAT = 4  # ... and beside saved settings elsewhere ("settings_format")
 # Format 1, a setting the writing version lacked: what its runs trained with. Before --cost-warmup,
 # full costs; before --rate-cap, rates capped at x8; before --ema-spans, no EMA deviations; before
 # --feature-window, 256 bars.
@@ -79,10 +81,31 @@ def checkpoint_v2_to_v3(state: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-SETTINGS_CHAIN: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: settings_v1_to_v2, 2: settings_v2_to_v3}
-ENV_CHAIN: dict[int, Callable[[Any], Any]] = {1: env_v1_to_v2, 2: env_v2_to_v3}
+def env_v3_to_v4(env: Any) -> Any:
+    """A format-3 env dict in format 4: the same (format 4 changes the run's settings, not the env's)."""
+    return dict(env) if isinstance(env, dict) else env
+
+
+def settings_v3_to_v4(values: dict[str, Any]) -> dict[str, Any]:
+    """Format-3 settings in format 4, which records ``schedule_rule``: 1, the clocks every earlier run
+    trained its cost warm-up and rates' annealing on. The env settings do not change."""
+    return {**values, "schedule_rule": 1}
+
+
+def checkpoint_v3_to_v4(state: dict[str, Any]) -> dict[str, Any]:
+    """A format-3 checkpoint in format 4: its settings (:func:`settings_v3_to_v4`), nothing else changes."""
+    out = {**state, "format": 4}
+    if isinstance(state.get("config"), dict):
+        out["config"] = settings_v3_to_v4(state["config"])
+    return out
+
+
+SETTINGS_CHAIN: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: settings_v1_to_v2, 2: settings_v2_to_v3,
+                                                                         3: settings_v3_to_v4}
+ENV_CHAIN: dict[int, Callable[[Any], Any]] = {1: env_v1_to_v2, 2: env_v2_to_v3, 3: env_v3_to_v4}
 CHECKPOINT_CHAIN: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: checkpoint_v1_to_v2,
-                                                                            2: checkpoint_v2_to_v3}
+                                                                            2: checkpoint_v2_to_v3,
+                                                                            3: checkpoint_v3_to_v4}
 
 
 def _version(value: Any, newest: int, what: str) -> int:

@@ -18,6 +18,7 @@ from envs.config import EnvConfig
 
 from .plan import (BASE_BATCH, BASE_MINIBATCH, BASE_RATES, DEFAULT_RATE_CAP, FULL_FROM, MAX_MINIBATCHES,
                    MIN_MINIBATCH, MIN_SEQUENCES, RULES, SHARD_FROM, SHORT_FROM, SHORT_STEPS, STEPS_PER_ENV, LATEST_RULE)
+from .schedule import LATEST_SCHEDULE_RULE, SCHEDULE_RULES
 
 RUN, PPO, MODEL, DIST, ENV = "run", "PPO", "model", "distributed", "environment"
 GROUP_TITLES = {
@@ -131,14 +132,20 @@ class TrainConfig:
                                       "(rl_games' normalize_value: baselines' RunningMeanStd of every batch's "
                                       "returns); its values are de-normalised for GAE, its value loss is in those "
                                       "units. Off: the critic learns the returns as they are")
-    anneal_lr: bool = setting(True, PPO, "anneal learning rates linearly to 0 over the run's --episodes")
+    anneal_lr: bool = setting(True, PPO, "anneal learning rates linearly to 0 over the run's progress (its env "
+                                         "steps or finished episodes, whichever is further, of what --episodes makes)")
     micro_batches: int = setting(1, PPO, "pieces each worker splits its share of a minibatch into, their gradients summed "
                                     "before the step: the same update in less memory", launch=True)
     target_kl: Optional[float] = setting(None, PPO,
                                     "stop an update's epochs early when approx-KL exceeds this (default: off)")
-    cost_warmup: float = setting(0.5, PPO, "fraction of --episodes over which the training envs' fee and slippage "
-                                      "ramp up linearly from 0 to --fee-bps/--slippage-bps "
-                                      "(0: full costs from the start)")
+    cost_warmup: float = setting(0.5, PPO, "fraction of the run (its progress, as --anneal-lr's) over which the "
+                                      "training envs' fee and slippage ramp up linearly from 0 to "
+                                      "--fee-bps/--slippage-bps (0: full costs from the start)")
+    schedule_rule: int = setting(LATEST_SCHEDULE_RULE, PPO, "version of the clock --cost-warmup and --anneal-lr "
+                                                            "follow (2: the run's progress; 1: the rates on env "
+                                                            "steps, the costs on finished episodes); a resumed run "
+                                                            "keeps the version it started with",
+                                 choices=SCHEDULE_RULES)
     # model
     hidden_size: int = setting(64, MODEL, "width of the MLP encoder")
     lstm_size: int = setting(64, MODEL, "LSTM hidden state size")

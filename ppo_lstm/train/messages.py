@@ -39,10 +39,10 @@ def startup_lines(config: TrainConfig, plan: BatchPlan, rank: int, state: RunSta
         lines.append(f"Resumed from {resumed_from} at episode {s.global_episodes}"
                      f"{'' if fitting else f'/{c.episodes}'} (update {s.update}); {left}")
     if c.cost_warmup > 0 and (c.env.fee_bps or c.env.slippage_bps):
-        first = (f"{c.cost_warmup:.0%} of the episodes that fit" if fitting
-                 else f"{math.ceil(c.cost_warmup * c.episodes)} episodes")
+        run = ("the episodes that fit" if fitting
+               else f"the run, full by episode {math.ceil(c.cost_warmup * c.episodes)}")
         lines.append(f"Costs: fee {c.env.fee_bps:g} bps and slippage {c.env.slippage_bps:g} bps, ramped up "
-                     f"from 0 over the first {first} (--cost-warmup "
+                     f"from 0 over the first {c.cost_warmup:.0%} of {run} (--cost-warmup "
                      f"{c.cost_warmup:g}), so earlier episode lines are at lower costs; the hold-out always "
                      f"pays full costs")
     if c.env.features and c.data is not None and world_size > 1 and not c.data_all_ranks:

@@ -8,7 +8,8 @@ clock passes it, every rank learns so in the iteration's one collective
 (:mod:`ppo_lstm.train.agreement`) and the run ends at that update as it ends at its last one:
 a hold-out backtest, a checkpoint and the summary, exit code 0. ``--resume`` goes on from there.
 
-The cost warm-up and the rates' annealing follow ``--episodes``, so a limit that stops the
+The cost warm-up and the rates' annealing follow the run's progress through ``--episodes``
+(:mod:`ppo_lstm.config.schedule`), so a limit that stops the
 run well before them leaves an agent trained at part of the costs; :class:`LimitProjection`
 warns of that early, from the run's speed, and the stop line says where they stopped.
 """
@@ -17,25 +18,18 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Optional
 
+from ..config.schedule import schedules_at
 from ..config.values import limit_seconds
 
 if TYPE_CHECKING:
+    from ..config.plan import BatchPlan
     from ..config.schema import TrainConfig
 
 
-def schedules_at(config: "TrainConfig", episodes: float) -> tuple[float, float]:
-    """Where a run of ``config`` has its two schedules after ``episodes`` episodes: (the share of
-    the costs its training envs charge, ``--cost-warmup``; the share of the learning rates it
-    trains at, ``--anneal-lr``). Both follow ``--episodes``, not the clock."""
-    costs = 1.0 if config.cost_warmup <= 0.0 else min(1.0, episodes / (config.cost_warmup * config.episodes))
-    rates = max(0.0, 1.0 - episodes / config.episodes) if config.anneal_lr else 1.0
-    return costs, rates
-
-
-def _unfinished(config: "TrainConfig", episodes: float) -> Optional[str]:
+def _unfinished(config: "TrainConfig", plan: "BatchPlan", episodes: float, env_steps: float) -> Optional[str]:
     """``the training costs at 8 % ... and the learning rates at 96 % of their start`` where a run
-    stopping after ``episodes`` leaves a schedule unfinished; None where both are done."""
-    costs, rates = schedules_at(config, episodes)
+    stopping after ``episodes`` and ``env_steps`` leaves a schedule unfinished; None where both are done."""
+    costs, rates = schedules_at(config, plan, env_steps, episodes)
     parts = []
     if costs < 1.0:
         parts.append(f"the training envs' costs at {costs:.0%} of --fee-bps/--slippage-bps (full from episode "
@@ -45,9 +39,10 @@ def _unfinished(config: "TrainConfig", episodes: float) -> Optional[str]:
     return " and ".join(parts) or None
 
 
-def stop_note(config: "TrainConfig", episodes: int) -> str:
-    """What the ``Time limit reached`` line adds about the schedules a stop after ``episodes`` left."""
-    unfinished = _unfinished(config, episodes)
+def stop_note(config: "TrainConfig", plan: "BatchPlan", episodes: int, env_steps: int) -> str:
+    """What the ``Time limit reached`` line adds about the schedules a stop after ``episodes`` and
+    ``env_steps`` left."""
+    unfinished = _unfinished(config, plan, episodes, env_steps)
     return "" if unfinished is None else f" with {unfinished}"
 
 
@@ -59,8 +54,9 @@ class LimitProjection:
 
     LOOK_AT = 0.1  # the share of the limit after which the speed is measured
 
-    def __init__(self, config: "TrainConfig", limit: float, episodes: int, env_steps: int, envs: int) -> None:
-        self.config, self.limit, self.envs = config, limit, envs  # envs: every rank's, which end episodes together
+    def __init__(self, config: "TrainConfig", plan: "BatchPlan", limit: float, episodes: int, env_steps: int) -> None:
+        self.config, self.plan, self.limit = config, plan, limit
+        self.envs = config.num_envs * plan.world_size  # every rank's, which end episodes together
         self.start_episodes, self.start_steps = episodes, env_steps
         self.looked = False
 
@@ -72,12 +68,14 @@ class LimitProjection:
             return None
         self.looked = True
         speed = (env_steps - self.start_steps) / elapsed  # env-steps/s, every rank's
+        near_steps = self.start_steps + speed * self.limit
         near = self.start_episodes + speed * self.limit / c.env.episode_length
-        unfinished = _unfinished(c, near) if near < c.episodes else None
+        unfinished = _unfinished(c, self.plan, near, near_steps) if near < c.episodes else None
         if unfinished is None:
             return None
         fits = max(self.envs, int(near // self.envs) * self.envs)
-        costs = " (trained at part of the costs it will trade at)" if schedules_at(c, near)[0] < 1.0 else ""
+        at_limit = schedules_at(c, self.plan, near_steps, near)
+        costs = " (trained at part of the costs it will trade at)" if at_limit.costs < 1.0 else ""
         return (f"warning: at {speed:,.0f} env-steps/s, --time-limit {c.time_limit} stops this run near episode "
                 f"{near:,.0f} of {c.episodes:,}, with {unfinished}, so the agent at the limit is not a finished "
                 f"one{costs}; for an agent finished within the limit, give --episodes {fits} or fewer (the "
@@ -164,13 +162,13 @@ class TimeBudget:
     ``--time-limit`` and ``--train-for``), rank 0's early warning of a ``--time-limit`` that
     cuts the schedules short, and ``--train-for``'s episode fit."""
 
-    def __init__(self, config: "TrainConfig", rank: int, world_size: int, episodes: int, env_steps: int) -> None:
-        self.rank, round_size = rank, config.num_envs * world_size
+    def __init__(self, config: "TrainConfig", plan: "BatchPlan", rank: int, episodes: int, env_steps: int) -> None:
+        self.rank, round_size = rank, config.num_envs * plan.world_size
         self.fit = (None if config.train_for is None
                     else EpisodeFit(config.train_for, config.env.episode_length, round_size))
         limits = [x for x in (limit_seconds(config.time_limit), self.fit and self.fit.seconds) if x]
         self.seconds = min(limits) if limits else None
-        self.projection = (LimitProjection(config, self.seconds, episodes, env_steps, round_size)
+        self.projection = (LimitProjection(config, plan, self.seconds, episodes, env_steps)
                            if self.seconds is not None and self.fit is None and rank == 0 else None)
 
     @property
@@ -192,15 +190,15 @@ class TimeBudget:
         return self.projection.check(elapsed, env_steps) if self.projection is not None else None
 
 
-def time_up_line(config: "TrainConfig", episodes: int, unfitted: bool) -> str:
-    """The line of a run the clock stopped at ``episodes`` (``unfitted``: before ``--train-for``
-    fitted its episodes, so the run is recorded as one of the episodes it trained)."""
+def time_up_line(config: "TrainConfig", plan: "BatchPlan", episodes: int, env_steps: int, unfitted: bool) -> str:
+    """The line of a run the clock stopped at ``episodes`` and ``env_steps`` (``unfitted``: before
+    ``--train-for`` fitted its episodes, so the run is recorded as one of the episodes it trained)."""
     if unfitted:
         return (f"Time is up (--train-for {config.train_for}) before the run had measured its speed: it trained "
                 f"{episodes} episodes, which its checkpoint records as the run's --episodes")
     train_for = limit_seconds(config.train_for, "--train-for")
     if train_for is not None and train_for <= (limit_seconds(config.time_limit) or math.inf):
         return (f"Time is up (--train-for {config.train_for}): stopped at episode {episodes} of {config.episodes}"
-                f"{stop_note(config, episodes)}, checkpoint saved")
+                f"{stop_note(config, plan, episodes, env_steps)}, checkpoint saved")
     return (f"Time limit reached (--time-limit {config.time_limit}): stopped at episode {episodes} of "
-            f"{config.episodes}{stop_note(config, episodes)}, checkpoint saved; --resume goes on")
+            f"{config.episodes}{stop_note(config, plan, episodes, env_steps)}, checkpoint saved; --resume goes on")

@@ -43,7 +43,8 @@ from ..algo.rollout import RolloutCollector
 from .run_state import RunState, capture_rank_state, restore_rank_or_restart
 from ..algo.seeding import derive_seed
 from .shutdown import StopRequest
-from .time_limit import UNFITTED_EPISODES, TimeBudget, resumed_fit, schedules_at, time_up_line
+from ..config.schedule import Schedules, schedules_at
+from .time_limit import UNFITTED_EPISODES, TimeBudget, resumed_fit, time_up_line
 from .timing import PhaseClock, peak_rss_mb
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ class Trainer:
             self.checkpoints.adopt(self.state.run_id, self.resumed_from)
         self.log = open_log(config, self.rank, self.state, self.holdout, self.resumed_from is not None)
         self.guard = UpdateGuard(self.agent, self.optimizer, self.world_size, self.log)  # undoes non-finite updates
-        self.budget = TimeBudget(config, self.rank, self.world_size, self.state.global_episodes, self.state.env_steps)
+        self.budget = TimeBudget(config, self.plan, self.rank, self.state.global_episodes, self.state.env_steps)
 
     def _restore(self, path: Path, state: dict[str, Any]) -> None:
         """Load weights, optimizer and counters; and, when this rank's layout and market are
@@ -171,7 +172,7 @@ class Trainer:
             while not finished:
                 tic = time.perf_counter()
                 with clock("rollout"):
-                    self._ramp_costs()
+                    schedules = self._apply_cost_warmup()
                     records = s.take_quota(self.rollout.collect(s.update))  # [k, 6] the episodes this rank counts
                     s.env_steps += self.batch_size
                     next_value, next_start = self.rollout.bootstrap()  # [N]: V of the observation after the rollout
@@ -181,7 +182,7 @@ class Trainer:
                 with clock("update"):
                     if self.world_size > 1:
                         self.guard.agree(s.update, agreed.bad_update_ranks)
-                    stats, skipped = self._update(batch)
+                    stats, skipped = self._update(batch, schedules)
                 seconds = time.perf_counter() - tic
                 finished = agreed.finished or agreed.time_up
                 code = self._after_update(agreed, stats, skipped, finished)
@@ -232,7 +233,7 @@ class Trainer:
         """The end of a run: its last lines, every rank's phases and peak memory, the summary."""
         c, s, clock = self.config, self.state, self.clock
         if s.global_episodes < c.episodes:  # --time-limit or --train-for ended it
-            self.log.line(time_up_line(c, s.global_episodes, self.budget.fitting))
+            self.log.line(time_up_line(c, self.plan, s.global_episodes, s.env_steps, self.budget.fitting))
         self.log.line(f"Training finished: {s.global_episodes} episodes, {s.update} updates, "
                       f"{s.env_steps} env steps in {time.perf_counter() - start:.1f}s")
         if os.environ.get(DUMP_FINAL_VARIABLE):
@@ -267,23 +268,22 @@ class Trainer:
         self.config = dataclasses.replace(self.config, episodes=episodes)
         self.state.split_afresh(episodes, self.rank, self.world_size)
 
-    def _ramp_costs(self) -> None:
-        """--cost-warmup: this rollout's fee and slippage, a linear ramp over the run's first episodes."""
-        c = self.config
-        if c.cost_warmup <= 0.0:
-            return
-        self.rollout.env.scale_costs(schedules_at(c, self.state.global_episodes)[0])
+    def _apply_cost_warmup(self) -> Schedules:
+        """This iteration's schedules (on the run's env steps and episodes before it), and its rollout's
+        fee and slippage at their --cost-warmup share."""
+        c, s = self.config, self.state
+        schedules = schedules_at(c, self.plan, s.env_steps, s.global_episodes)
+        if c.cost_warmup > 0.0:
+            self.rollout.env.scale_costs(schedules.costs)
+        return schedules
 
-    def _update(self, batch: RolloutBatch) -> tuple[UpdateStats, bool]:
-        """One PPO update on the combined ``batch`` ``[T, N*W]``; one that gives non-finite
-        losses, weights or outputs is undone at once (:class:`UpdateGuard`). The statistics
-        and this verdict reach the host in one copy. Returns them and whether it was skipped."""
-        c = self.config
-        if c.anneal_lr:  # on the run's env steps before this update, so a resume onto another batch goes on
-            done = self.state.env_steps - self.batch_size
-            frac = max(0.0, 1.0 - done / (self.plan.updates_for(c.episodes, c.env.episode_length) * self.batch_size))
+    def _update(self, batch: RolloutBatch, schedules: Schedules) -> tuple[UpdateStats, bool]:
+        """One PPO update on the combined ``batch`` ``[T, N*W]`` at the iteration's annealed rates;
+        one that gives non-finite losses, weights or outputs is undone at once (:class:`UpdateGuard`).
+        The statistics and this verdict reach the host in one copy. Returns them and whether it was skipped."""
+        if self.config.anneal_lr:
             for group, lr in zip(self.optimizer.param_groups, self.learning_rates):
-                group["lr"] = frac * lr
+                group["lr"] = schedules.rates * lr
         snapshot = self.guard.snapshot()
         starts_on_host = batch.episode_starts.cpu()  # [T, N*W]: the update's one device -> host copy before the end
         pending = ppo_update(self.agent, self.optimizer, batch, self.settings, self.permutation_generator, self.comm,

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from conftest import TINY, assert_models_equal, cli_in_process
+from ppo_lstm.config.schedule import Schedules
 from ppo_lstm.rundir.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.timeout(180)
@@ -61,12 +62,12 @@ def test_poisoned_batch_update_is_undone(tmp_path, monkeypatch):
         batch.returns[3, 1] = float("inf")
         before = {k: v.clone() for k, v in trainer.agent.state_dict().items()}
         for k in (1, 2):
-            _, skipped = trainer._update(batch)
+            _, skipped = trainer._update(batch, Schedules(1.0, 1.0))
             assert skipped and trainer.guard.bad_updates == k
             assert_models_equal(before, trainer.agent.state_dict())
             assert not trainer.optimizer.state  # Adam never stepped
         with pytest.raises(TrainingError, match="3 updates in a row were non-finite"):
-            trainer._update(batch)
+            trainer._update(batch, Schedules(1.0, 1.0))
     finally:
         trainer.log.close()
 

@@ -297,11 +297,11 @@ from ppo_lstm.train.worker import train_worker
 
 original = trainer.Trainer._update
 
-def update(self, batch):
+def update(self, batch, schedules):
     if self.rank == 1 and self.state.update == 2:  # rank 1 alone sees update 3 go non-finite
         batch = batch.map(lambda name, tensor: tensor.clone())
         batch.advantages[0, 0] = float("nan")
-    return original(self, batch)
+    return original(self, batch, schedules)
 
 trainer.Trainer._update = update
 config = parse_command_line(sys.argv[1:]).config

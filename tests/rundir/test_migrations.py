@@ -14,7 +14,7 @@ import torch
 
 from conftest import cli_in_process
 from ppo_lstm.config.migrate import (CHECKPOINT_CHAIN, CHECKPOINT_FORMAT, SETTINGS_CHAIN, SETTINGS_FORMAT,
-                                     migrate_checkpoint)
+                                     migrate_checkpoint, migrate_settings)
 from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.errors import UsageError
 from ppo_lstm.evaluation.cli import main as evaluate_main
@@ -92,18 +92,33 @@ def test_settings_this_version_does_not_know_are_refused_not_ignored():
 def test_format_2_settings_read_as_format_3_and_a_newer_format_is_refused():
     """Format 3 lets feature_window name several windows (text); a format-2 file's single int reads as it is,
     in a checkpoint's settings, an env (an ONNX model's) and a study's settings by dest."""
-    from ppo_lstm.config.migrate import migrate_env, migrate_settings, migrate_settings_by_dest
+    from ppo_lstm.config.migrate import ENV_CHAIN, migrate_env, migrate_settings_by_dest
     from envs.config import EnvConfig
     saved = TrainConfig(env=EnvConfig(features="a", feature_window=512)).to_dict()
-    assert saved["env"]["feature_window"] == 512 and SETTINGS_FORMAT == CHECKPOINT_FORMAT == 3
-    assert TrainConfig.from_dict(migrate_settings(saved, 2, "a format-2 file")) == TrainConfig.from_dict(saved)
+    assert saved["env"]["feature_window"] == 512
+    assert SETTINGS_CHAIN[2](saved) == saved and ENV_CHAIN[2](saved["env"]) == saved["env"]
     assert migrate_env(saved["env"], 2, "a format-2 model") == saved["env"]
     by_dest = {"episodes": 4, "env.features": "a", "env.feature_window": 512}
     assert migrate_settings_by_dest(by_dest, 2, "a study")["env.feature_window"] == 512
-    assert migrate_checkpoint({"format": 2, "config": saved}, "a file") == {"format": 3, "config": saved}
+    assert CHECKPOINT_CHAIN[2]({"format": 2, "config": saved}) == {"format": 3, "config": saved}
     several = TrainConfig(env=EnvConfig(features="a", feature_window="8,24")).to_dict()
     assert several["env"]["feature_window"] == "8,24" and TrainConfig.from_dict(several).env.feature_windows == (8, 24)
+    newer = CHECKPOINT_FORMAT + 1
     for read in (lambda v: migrate_settings(saved, v, "f"), lambda v: migrate_env(saved["env"], v, "f")):
-        with pytest.raises(UsageError, match="is of format 4, newer than this version of ppo-lstm-trader reads "
-                                             r"\(up to 3\)"):
-            read(4)
+        with pytest.raises(UsageError, match=f"is of format {newer}, newer than this version of ppo-lstm-trader "
+                                             rf"reads \(up to {SETTINGS_FORMAT}\)"):
+            read(newer)
+
+
+def test_format_3_settings_keep_the_schedules_clocks_they_trained_on():
+    """Format 4 records schedule_rule: a run of an earlier format resumes on rule 1's clocks (the rates on
+    env steps, the costs on finished episodes); a run begun now is on rule 2's one progress."""
+    assert SETTINGS_FORMAT == CHECKPOINT_FORMAT == 4 and TrainConfig().schedule_rule == 2
+    saved = TrainConfig().to_dict()
+    del saved["schedule_rule"]
+    for version in (1, 2, 3):
+        older = {k: v for k, v in saved.items() if version == 3 or k not in ("batch_rule",)}
+        assert TrainConfig.from_dict(migrate_settings(older, version, "f")).schedule_rule == 1
+    assert migrate_checkpoint({"format": 3, "config": saved}, "f") == {"format": 4,
+                                                                      "config": {**saved, "schedule_rule": 1}}
+    assert TrainConfig.from_dict(migrate_settings(TrainConfig().to_dict(), 4, "f")).schedule_rule == 2

@@ -22,16 +22,18 @@ def test_costs_ramp_from_zero_to_the_configured_values(tmp_path):
     collect = trainer.rollout.collect
 
     def spy(update):
-        seen.append((trainer.state.global_episodes, ledger.fee, ledger.slip))
+        seen.append((trainer.state.env_steps, trainer.state.global_episodes, ledger.fee, ledger.slip))
         return collect(update)
 
     trainer.rollout.collect = spy
     assert trainer.run() == 0
-    assert seen[0] == (0, 0.0, 0.0)
-    for episodes, fee, slip in seen:
-        frac = min(1.0, episodes / 16)
+    assert seen[0] == (0, 0, 0.0, 0.0)
+    for steps, episodes, fee, slip in seen:  # the run's progress: 32 episodes of 16 steps, or 512 steps
+        frac = min(1.0, max(steps / 512, episodes / 32) / 0.5)
         assert fee == pytest.approx(frac * 10e-4) and slip == pytest.approx(frac * 2e-4)
-    assert seen[-1][1] == pytest.approx(10e-4)
+    fees = [fee for _, _, fee, _ in seen]
+    assert len(set(fees[:4])) == 4  # smooth between the waves of episodes: every update of the first half its own
+    assert fees[-1] == pytest.approx(10e-4)
 
 
 def test_cost_warmup_outside_0_1_is_a_usage_error():

@@ -13,7 +13,9 @@ from ppo_lstm.errors import UsageError
 from ppo_lstm.rundir.checkpoint import CheckpointDir
 from ppo_lstm.train.agreement import RankReport, agreement_row, read_agreement
 from ppo_lstm.config.values import limit_seconds
-from ppo_lstm.train.time_limit import LimitProjection, schedules_at, stop_note
+from ppo_lstm.config.plan import BatchPlan
+from ppo_lstm.config.schedule import schedules_at
+from ppo_lstm.train.time_limit import LimitProjection, stop_note
 
 import numpy as np
 import torch
@@ -36,19 +38,25 @@ def test_a_bad_time_limit_is_one_line_and_exit_2(tmp_path: Path):
 
 
 def test_where_a_stop_leaves_the_schedules():
-    config = TrainConfig(episodes=1000, cost_warmup=0.5)
-    assert schedules_at(config, 100) == (0.2, 0.9) and schedules_at(config, 500) == (1.0, 0.5)
-    assert schedules_at(config, 1000) == (1.0, 0.0)
-    assert schedules_at(TrainConfig(episodes=1000, cost_warmup=0.0, anneal_lr=False), 100) == (1.0, 1.0)
-    assert stop_note(config, 100) == (" with the training envs' costs at 20% of --fee-bps/--slippage-bps (full from "
-                                      "episode 500) and the learning rates at 90% of their start (annealed to 0 at "
-                                      "episode 1,000)")
-    assert stop_note(config, 990) == ""  # costs full, rates under 5 % of their start: nothing left to say
+    config = TrainConfig(episodes=1000, cost_warmup=0.5)  # episodes of 128 bars
+    plan = BatchPlan.of(config)
+
+    def at(episodes: int) -> tuple[float, float]:  # a stop after full-length episodes
+        return tuple(schedules_at(config, plan, episodes * 128, episodes))
+
+    assert at(100) == (0.2, 0.9) and at(500) == (1.0, 0.5) and at(1000) == (1.0, 0.0)
+    assert schedules_at(TrainConfig(episodes=1000, cost_warmup=0.0, anneal_lr=False), plan, 12_800, 100) == (1.0, 1.0)
+    assert stop_note(config, plan, 100, 12_800) == (
+        " with the training envs' costs at 20% of --fee-bps/--slippage-bps (full from episode 500) and the "
+        "learning rates at 90% of their start (annealed to 0 at episode 1,000)")
+    assert stop_note(config, plan, 990, 990 * 128) == ""  # costs full, rates under 5 %: nothing left to say
+    assert stop_note(config, plan, 400, 12_800).startswith(" with the training envs' costs at 80%")  # short episodes
 
 
 def test_the_projection_warns_once_where_the_limit_cuts_the_schedules():
-    config = TrainConfig(episodes=1000, cost_warmup=0.5, time_limit="10s")  # episodes of 128 bars
-    projection = LimitProjection(config, 10.0, 0, 0, 64)
+    config = TrainConfig(episodes=1000, cost_warmup=0.5, time_limit="10s")  # episodes of 128 bars, 64 envs
+    plan = BatchPlan.of(config)
+    projection = LimitProjection(config, plan, 10.0, 0, 0)
     assert projection.check(0.5, 10_000) is None  # before a tenth of the limit: not looked yet
     warning = projection.check(1.0, 1_280)  # 1,280 env-steps/s: 100 episodes in 10 s
     assert warning is not None and warning.startswith(
@@ -56,15 +64,14 @@ def test_the_projection_warns_once_where_the_limit_cuts_the_schedules():
         "envs' costs at 20% of --fee-bps/--slippage-bps")
     assert "give --episodes 64 or fewer" in warning  # whole rounds of the 64 envs' episodes
     assert projection.check(2.0, 1_280) is None  # once
-    fast = LimitProjection(config, 10.0, 0, 0, 64)
+    fast = LimitProjection(config, plan, 10.0, 0, 0)
     assert fast.check(1.0, 12_800) is None  # 1,000 episodes fit: no warning
-    late = LimitProjection(config, 10.0, 0, 0, 64)
+    late = LimitProjection(config, plan, 10.0, 0, 0)
     only_rates = late.check(1.0, 6_400)  # 500 episodes: costs full, rates at half
     assert only_rates is not None and "envs' costs" not in only_rates and "part of the costs" not in only_rates
     assert "the learning rates at 50% of their start" in only_rates and "give --episodes 448 or fewer" in only_rates
-    plain = LimitProjection(TrainConfig(episodes=1000, cost_warmup=0.0, anneal_lr=False, time_limit="10s"),
-                            10.0, 0, 0, 64)
-    assert plain.check(1.0, 1_280) is None  # no schedule to cut
+    plain = TrainConfig(episodes=1000, cost_warmup=0.0, anneal_lr=False, time_limit="10s")
+    assert LimitProjection(plain, BatchPlan.of(plain), 10.0, 0, 0).check(1.0, 1_280) is None  # no schedule to cut
 
 
 def test_any_ranks_clock_stops_every_rank():

@@ -12,6 +12,7 @@ import torch
 from conftest import SPAWN2, TINY, cli_in_process, run_cli
 
 from ppo_lstm.algo.episodes import EpisodeTotals
+from ppo_lstm.config.plan import BatchPlan
 from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.rundir.logger import format_episode_line
 from ppo_lstm.rundir.checkpoint import CheckpointDir
@@ -56,27 +57,32 @@ def test_the_fits_are_at_the_shares_of_the_time_and_no_more():
     assert fit.fits == len(FIT_AT) == 3
 
 
+def budget(config: TrainConfig, rank: int, world_size: int) -> TimeBudget:
+    return TimeBudget(config, BatchPlan.of(config, world_size), rank, 0, 0)
+
+
 def test_the_budget_stops_at_the_shorter_time_and_warns_only_without_train_for():
-    both = TimeBudget(TrainConfig(time_limit="1min", train_for="30s"), 0, 1, 0, 0)
+    both = budget(TrainConfig(time_limit="1min", train_for="30s"), 0, 1)
     assert both.seconds == 30 and both.projection is None and both.fitting
     assert not both.time_up(29.9) and both.time_up(30.0)
-    assert TimeBudget(TrainConfig(time_limit="10s", train_for="1h"), 0, 1, 0, 0).seconds == 10
-    assert TimeBudget(TrainConfig(time_limit="10s"), 0, 1, 0, 0).projection is not None
-    assert TimeBudget(TrainConfig(time_limit="10s"), 1, 2, 0, 0).projection is None  # rank 0 warns
-    plain = TimeBudget(TrainConfig(), 0, 1, 0, 0)
+    assert budget(TrainConfig(time_limit="10s", train_for="1h"), 0, 1).seconds == 10
+    assert budget(TrainConfig(time_limit="10s"), 0, 1).projection is not None
+    assert budget(TrainConfig(time_limit="10s"), 1, 2).projection is None  # rank 0 warns
+    plain = budget(TrainConfig(), 0, 1)
     assert plain.seconds is None and not plain.time_up(1e9) and plain.proposal() == 0 and not plain.fitting
-    other_rank = TimeBudget(TrainConfig(train_for="10s", num_envs=4), 1, 2, 0, 0)
+    other_rank = budget(TrainConfig(train_for="10s", num_envs=4), 1, 2)
     other_rank.fit.proposal = 64  # only rank 0's proposal goes into the collective
     assert other_rank.proposal() == 0
 
 
 def test_the_lines_of_a_stop_by_the_clock():
     config = TrainConfig(train_for="30s", episodes=2_000, cost_warmup=0.5)
-    assert time_up_line(config, 1_990, False) == (
+    plan = BatchPlan.of(config)
+    assert time_up_line(config, plan, 1_990, 1_990 * 128, False) == (
         "Time is up (--train-for 30s): stopped at episode 1990 of 2000, checkpoint saved")
-    assert time_up_line(config, 2, True).startswith(
+    assert time_up_line(config, plan, 2, 256, True).startswith(
         "Time is up (--train-for 30s) before the run had measured its speed")
-    cut = time_up_line(TrainConfig(train_for="1h", time_limit="10s", episodes=2_000), 100, False)
+    cut = time_up_line(TrainConfig(train_for="1h", time_limit="10s", episodes=2_000), plan, 100, 12_800, False)
     assert cut.startswith("Time limit reached (--time-limit 10s): stopped at episode 100 of 2000 with ")
 
 

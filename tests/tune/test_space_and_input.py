@@ -9,6 +9,7 @@ import pytest
 
 from envs.config import EnvConfig
 from ppo_lstm.config.command_line import build_parser as train_parser
+from ppo_lstm.config.migrate import SETTINGS_FORMAT
 from ppo_lstm.config.schema import TrainConfig
 from ppo_lstm.errors import UsageError
 from ppo_lstm.tune.cli import main
@@ -86,7 +87,8 @@ def test_a_space_that_changes_the_studys_settings_is_refused(tmp_path: Path) -> 
     recorded_space = parse_space({"clip": {"uniform": [0.1, 0.3]}}, train_parser(), "x", {})
     from ppo_lstm.tune.config import parse_command_line
     base = parse_command_line([*TINY, "--out", str(out)]).base
-    record_settings(study, {"space": __import__("json").loads(recorded_space.canonical()), "metric": "return",
+    record_settings(study, {"settings_format": SETTINGS_FORMAT,
+                            "space": __import__("json").loads(recorded_space.canonical()), "metric": "return",
                             "seeds": 1, "base": run_settings(base)})
     path = write_space(tmp_path / "space.yaml", "clip: {uniform: [0.1, 0.25]}\n")
     code, _, err = run_main("--out", str(out), "--space", path)
@@ -154,14 +156,16 @@ def test_a_study_recorded_before_rate_cap_reads_as_the_x8_its_trials_trained_wit
     from ppo_lstm.errors import UsageError
     from ppo_lstm.tune.report import run_settings
     from ppo_lstm.tune.storage import check_settings
-    now = {"trials": 4, "base": run_settings(TrainConfig(rate_cap=8.0, batch_rule=2))}
+    now = {"trials": 4, "base": run_settings(TrainConfig(rate_cap=8.0, batch_rule=2, schedule_rule=1))}
     old = {"trials": 4, "base": {k: v for k, v in now["base"].items()  # format 1, before --rate-cap
-                                 if k not in ("rate_cap", "batch_rule")}}
+                                 if k not in ("rate_cap", "batch_rule", "schedule_rule")}}
     check_settings("s", old, now)
     with pytest.raises(UsageError, match=r"created with base rate_cap = 8\.0, this command gives 4\.0"):
-        check_settings("s", old, {**now, "base": run_settings(TrainConfig(batch_rule=2))})
+        check_settings("s", old, {**now, "base": run_settings(TrainConfig(batch_rule=2, schedule_rule=1))})
     with pytest.raises(UsageError, match=r"created with base batch_rule = 2, this command gives 3"):
-        check_settings("s", old, {**now, "base": run_settings(TrainConfig(rate_cap=8.0))})
+        check_settings("s", old, {**now, "base": run_settings(TrainConfig(rate_cap=8.0, schedule_rule=1))})
+    with pytest.raises(UsageError, match=r"created with base schedule_rule = 1, this command gives 2"):
+        check_settings("s", old, {**now, "base": run_settings(TrainConfig(rate_cap=8.0, batch_rule=2))})
     recorded = {**now, "settings_format": 2}  # format 2 records every setting as it is
     check_settings("s", recorded, {**now, "settings_format": 2})
 
@@ -170,12 +174,13 @@ def test_a_study_recorded_before_ema_spans_reads_as_one_without_the_entry():
     from ppo_lstm.errors import UsageError
     from ppo_lstm.tune.report import run_settings
     from ppo_lstm.tune.storage import check_settings
-    now = {"trials": 4, "base": run_settings(TrainConfig(env=EnvConfig(ema_spans="none"), batch_rule=2))}
+    now = {"trials": 4, "base": run_settings(TrainConfig(env=EnvConfig(ema_spans="none"), batch_rule=2,
+                                                         schedule_rule=1))}
     old = {"trials": 4, "base": {k: v for k, v in now["base"].items()  # before --ema-spans and --feature-window
-                                 if k not in ("env.ema_spans", "env.feature_window", "batch_rule")}}
+                                 if k not in ("env.ema_spans", "env.feature_window", "batch_rule", "schedule_rule")}}
     check_settings("s", old, now)
     with pytest.raises(UsageError, match=r'created with base env.ema_spans = null, this command gives "500"'):
-        check_settings("s", old, {**now, "base": run_settings(TrainConfig(batch_rule=2))})
+        check_settings("s", old, {**now, "base": run_settings(TrainConfig(batch_rule=2, schedule_rule=1))})
 
 
 def test_a_base_setting_the_space_samples_is_not_compared_so_a_changed_default_does_not_refuse_the_study():
@@ -183,7 +188,8 @@ def test_a_base_setting_the_space_samples_is_not_compared_so_a_changed_default_d
     from ppo_lstm.tune.report import run_settings
     from ppo_lstm.tune.storage import check_settings
     now = {"trials": 4, "base": run_settings(TrainConfig())}  # --minibatches left to the batch rule (None)
-    old = {"trials": 4, "base": {**now["base"], "minibatches": 4}}  # a study begun when 4 was the default
+    old = {"settings_format": SETTINGS_FORMAT, "trials": 4,
+           "base": {**now["base"], "minibatches": 4}}  # a study begun when 4 was the default
     check_settings("s", old, now, frozenset({"minibatches", "num_envs"}))  # its space samples both
     with pytest.raises(UsageError, match=r"created with base minibatches = 4, this command gives null"):
         check_settings("s", old, now)  # a space without them: every trial took the base's 4

@@ -115,10 +115,11 @@ def test_a_walk_forward_saved_before_rate_cap_resumes_at_the_cap_its_jobs_traine
     check_or_write(out, command.wf, command.train, [str(data)])
     state = json.loads((out / STATE_NAME).read_text())
     del state["settings"]["train"]["rate_cap"], state["settings"]["train"]["batch_rule"], state["settings_format"]
+    del state["settings"]["train"]["schedule_rule"]
     (out / STATE_NAME).write_text(json.dumps(state))  # as format 1 wrote it: its jobs also ran batch rule 2
     code, line = run(*args)
-    assert code == 2 and "other settings (batch-rule 2 -> 3, rate-cap 8.0 -> 4.0)" in line, line
-    again = parse_command_line([*args, "--rate-cap", "8", "--batch-rule", "2"])
+    assert code == 2 and "other settings (batch-rule 2 -> 3, rate-cap 8.0 -> 4.0, schedule-rule 1 -> 2)" in line, line
+    again = parse_command_line([*args, "--rate-cap", "8", "--batch-rule", "2", "--schedule-rule", "1"])
     check_or_write(out, again.wf, again.train, [str(data)])  # the same settings: no error
 
 
@@ -134,11 +135,12 @@ def test_a_walk_forward_saved_before_ema_spans_resumes_without_the_entry(data: P
     state = json.loads((out / STATE_NAME).read_text())
     assert state["settings"]["train"]["env"]["ema_spans"] is None
     del state["settings"]["train"]["env"]["ema_spans"], state["settings"]["train"]["env"]["feature_window"]
-    del state["settings"]["train"]["batch_rule"], state["settings_format"]  # as format 1 wrote it
+    del state["settings"]["train"]["batch_rule"], state["settings"]["train"]["schedule_rule"]  # as format 1 wrote it
+    del state["settings_format"]
     (out / STATE_NAME).write_text(json.dumps(state))
     code, line = run(*args)
-    assert code == 2 and "other settings (batch-rule 2 -> 3, ema-spans None -> 500)" in line, line
-    again = parse_command_line([*args, "--ema-spans", "none", "--batch-rule", "2"])
+    assert code == 2 and "other settings (batch-rule 2 -> 3, ema-spans None -> 500, schedule-rule 1 -> 2)" in line, line
+    again = parse_command_line([*args, "--ema-spans", "none", "--batch-rule", "2", "--schedule-rule", "1"])
     check_or_write(out, again.wf, again.train, [str(data)])  # the same settings: no error
 
 
