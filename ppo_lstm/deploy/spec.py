@@ -64,9 +64,9 @@ class PolicySpec:
 def env_settings(env: EnvConfig) -> dict[str, Any]:
     """``asdict(env)`` less ``ema_spans`` when it gives no spans (None, "" or "none") and less
     ``feature_window`` without feature columns or at 256 (its default before 1,024), and with one
-    window as its int: the settings a fingerprint and a state's ``policy`` entry record, so those of a
-    policy written before the settings existed are the ones recorded then (``ppo_lstm.config.as_this_version``
-    reads them back)."""
+    window as its int: the canonical form a fingerprint hashes and a state's ``policy`` entry
+    records. A setting at the value a file without it reads as (``config.migrate.V1_MISSING_ENV``)
+    is left out, so a policy's fingerprint does not change when a later version adds a setting."""
     settings = asdict(env)
     if not env.spans:
         settings.pop("ema_spans", None)
