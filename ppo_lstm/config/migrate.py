@@ -18,12 +18,16 @@ Format 4 records ``schedule_rule``: earlier runs keep rule 1's clocks
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any, Callable
 
-from envs.data.features import FEATURE_WINDOW, SAVED_FEATURE_WINDOW
+from envs.data.features import FEATURE_WINDOW, SAVED_FEATURE_WINDOW, feature_window_setting
 
 from ..errors import UsageError
 from .plan import SAVED_RATE_CAP
+
+if TYPE_CHECKING:
+    from envs.config import EnvConfig
 
 CHECKPOINT_FORMAT = 4  # what this version writes into a checkpoint's "format"
 SETTINGS_FORMAT = 4  # ... and beside saved settings elsewhere ("settings_format")
@@ -32,6 +36,22 @@ SETTINGS_FORMAT = 4  # ... and beside saved settings elsewhere ("settings_format
 # --feature-window, 256 bars.
 V1_MISSING: dict[str, Any] = {"cost_warmup": 0.0, "rate_cap": SAVED_RATE_CAP}
 V1_MISSING_ENV: dict[str, Any] = {"ema_spans": None, "feature_window": SAVED_FEATURE_WINDOW}
+
+
+def fingerprint_env_settings(env: "EnvConfig") -> dict[str, Any]:
+    """The canonical form of ``env`` that a policy's fingerprint hashes and a predict state's ``policy``
+    entry records: ``asdict(env)``, with one feature window as its int, less each setting at the value
+    a file without it reads as (:data:`V1_MISSING_ENV`: no EMA spans, in any spelling; the single
+    256-bar window) and less ``feature_window`` without feature columns, where it means nothing. So a
+    policy's fingerprint stays the same when a later format adds a setting."""
+    settings = asdict(env)
+    if not env.spans:
+        settings.pop("ema_spans", None)
+    if not env.feature_names or env.feature_windows == (V1_MISSING_ENV["feature_window"],):
+        settings.pop("feature_window", None)
+    else:
+        settings["feature_window"] = feature_window_setting(env.feature_windows)
+    return settings
 
 
 def env_v1_to_v2(env: Any) -> dict[str, Any]:

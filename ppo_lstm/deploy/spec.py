@@ -7,13 +7,12 @@ graph's. This module imports no torch (the ONNX route runs without it); ``checkp
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 from envs.config import EnvConfig
-from envs.data.features import SAVED_FEATURE_WINDOW, feature_window_setting
 
 from ..errors import UsageError
 
@@ -59,19 +58,3 @@ class PolicySpec:
         if tuple(self.ema_spans) != env.spans:
             raise UsageError(f"{self.source}: the policy's EMA spans {list(self.ema_spans)} are not its env's "
                              f"{list(env.spans)} (--ema-spans)")
-
-
-def env_settings(env: EnvConfig) -> dict[str, Any]:
-    """``asdict(env)`` less ``ema_spans`` when it gives no spans (None, "" or "none") and less
-    ``feature_window`` without feature columns or at 256 (its default before 1,024), and with one
-    window as its int: the canonical form a fingerprint hashes and a state's ``policy`` entry
-    records. A setting at the value a file without it reads as (``config.migrate.V1_MISSING_ENV``)
-    is left out, so a policy's fingerprint does not change when a later version adds a setting."""
-    settings = asdict(env)
-    if not env.spans:
-        settings.pop("ema_spans", None)
-    if not env.feature_names or env.feature_windows == (SAVED_FEATURE_WINDOW,):
-        settings.pop("feature_window", None)
-    else:
-        settings["feature_window"] = feature_window_setting(env.feature_windows)
-    return settings

@@ -29,7 +29,8 @@ from envs.data import MarketData
 from ..errors import UsageError, one_line
 from .files import atomic_write, waiting_lock
 from .bars import features_of
-from .spec import PolicySpec, env_settings
+from ..config.migrate import fingerprint_env_settings
+from .spec import PolicySpec
 from .times import iso, shown, stamp
 
 STATE_FORMAT = "ppo-lstm-trader policy state"
@@ -182,7 +183,7 @@ def check_seal(state: dict[str, Any], version: int) -> None:
 def policy_entry(spec: PolicySpec, env: EnvConfig) -> dict[str, Any]:
     """A state's ``policy`` entry: what ``check_owner`` compares."""
     return {"fingerprint": spec.fingerprint, "backend": spec.backend, "features": list(spec.features),
-            "ema_spans": list(spec.ema_spans), "env": env_settings(env)}
+            "ema_spans": list(spec.ema_spans), "env": fingerprint_env_settings(env)}
 
 
 def check_owner(saved: Any, spec: PolicySpec, env: EnvConfig) -> None:
@@ -204,7 +205,7 @@ def check_owner(saved: Any, spec: PolicySpec, env: EnvConfig) -> None:
     if saved.get("ema_spans", []) != list(spec.ema_spans):
         raise UsageError(f"the state's EMA spans {saved.get('ema_spans')} are not this policy's "
                          f"{list(spec.ema_spans)} (--ema-spans); start a new state")
-    saved_env, ours = saved.get("env"), env_settings(env)
+    saved_env, ours = saved.get("env"), fingerprint_env_settings(env)
     if saved_env != ours:
         theirs = saved_env if isinstance(saved_env, dict) else {}
         diff = [k for k in {**ours, **theirs} if theirs.get(k) != ours.get(k)]

@@ -17,13 +17,14 @@ import torch
 
 from ..algo.agent import RecurrentActorCritic
 from ..config.schema import TrainConfig
-from .spec import PolicySpec, env_settings
+from ..config.migrate import fingerprint_env_settings
+from .spec import PolicySpec
 
 
 def checkpoint_fingerprint(agent: RecurrentActorCritic, config: TrainConfig) -> str:
     """SHA-256 (hex) of the agent's weights and the checkpoint's network and env settings."""
     digest = hashlib.sha256()
-    settings = {"env": env_settings(config.env), "hidden_size": config.hidden_size, "lstm_size": config.lstm_size}
+    settings = {"env": fingerprint_env_settings(config.env), "hidden_size": config.hidden_size, "lstm_size": config.lstm_size}
     digest.update(json.dumps(settings, sort_keys=True).encode())
     for name, tensor in sorted(agent.state_dict().items()):
         value = tensor.detach().cpu().contiguous()

@@ -22,7 +22,7 @@ from envs.data.features import FEATURE_WINDOW, feature_zscores
 from ppo_lstm import TradingPolicy
 from ppo_lstm.config.migrate import migrate_env
 from ppo_lstm.deploy import export_onnx
-from ppo_lstm.deploy.spec import env_settings
+from ppo_lstm.config.migrate import fingerprint_env_settings as env_settings
 from ppo_lstm.deploy.state import seal
 from ppo_lstm.errors import UsageError
 from ppo_lstm.evaluation.backtest import backtest_history

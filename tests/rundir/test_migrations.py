@@ -122,3 +122,17 @@ def test_format_3_settings_keep_the_schedules_clocks_they_trained_on():
     assert migrate_checkpoint({"format": 3, "config": saved}, "f") == {"format": 4,
                                                                       "config": {**saved, "schedule_rule": 1}}
     assert TrainConfig.from_dict(migrate_settings(TrainConfig().to_dict(), 4, "f")).schedule_rule == 2
+
+
+def test_the_fingerprints_canonical_form_is_what_a_file_without_the_later_settings_recorded():
+    """fingerprint_env_settings leaves out what V1_MISSING_ENV fills in, so a policy written before
+    --ema-spans and --feature-window hashes as it did then, once its settings are migrated."""
+    from dataclasses import asdict
+
+    from envs.config import EnvConfig
+    from ppo_lstm.config.migrate import V1_MISSING_ENV, fingerprint_env_settings, migrate_env
+    for env in (EnvConfig(), EnvConfig(features="a"), EnvConfig(features="a,b", fee_bps=3.0)):
+        old = {k: v for k, v in asdict(env).items() if k not in V1_MISSING_ENV}
+        assert fingerprint_env_settings(EnvConfig(**migrate_env(old, 1, "a format-1 env"))) == old
+    kept = fingerprint_env_settings(EnvConfig(features="a", feature_window="256,1024", ema_spans="500"))
+    assert kept["feature_window"] == "256,1024" and kept["ema_spans"] == "500"  # settings with an effect stay
