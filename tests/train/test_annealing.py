@@ -1,5 +1,6 @@
-"""The learning rates' annealing follows the run's env steps, so a resume onto another batch
-(more envs, or another worker count) goes on from where the run is, not from 0."""
+"""The learning rates' annealing follows the run's progress (its env steps, or its finished episodes
+where those are further), so a resume onto another batch (more envs, or another worker count) goes on
+from where the run is, not from 0."""
 from __future__ import annotations
 
 import csv
