@@ -172,7 +172,7 @@ class Trainer:
             while not finished:
                 tic = time.perf_counter()
                 with clock("rollout"):
-                    schedules = self._apply_cost_warmup()
+                    schedules = self._set_schedules()
                     records = s.take_quota(self.rollout.collect(s.update))  # [k, 6] the episodes this rank counts
                     s.env_steps += self.batch_size
                     next_value, next_start = self.rollout.bootstrap()  # [N]: V of the observation after the rollout
@@ -268,9 +268,9 @@ class Trainer:
         self.config = dataclasses.replace(self.config, episodes=episodes)
         self.state.split_afresh(episodes, self.rank, self.world_size)
 
-    def _apply_cost_warmup(self) -> Schedules:
-        """This iteration's schedules (on the run's env steps and episodes before it), and its rollout's
-        fee and slippage at their --cost-warmup share."""
+    def _set_schedules(self) -> Schedules:
+        """This iteration's schedules, on the run's env steps and episodes before it: the rollout's fee
+        and slippage are set to their --cost-warmup share here, and the rates are returned for the update."""
         c, s = self.config, self.state
         schedules = schedules_at(c, self.plan, s.env_steps, s.global_episodes)
         if c.cost_warmup > 0.0:
