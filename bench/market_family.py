@@ -63,6 +63,7 @@ from bench.job_pool import job_pool  # noqa: E402
 from envs.data import load_ohlcv  # noqa: E402
 
 WORST = 10  # the worst decile: the 10th percentile of the shares
+PAIRED_MARGIN = 0.02  # a paired run counts as better or worse beyond this difference of shares
 
 
 def parse_flag_sets(items: list[str]) -> dict[str, list[str]]:
@@ -101,6 +102,26 @@ def summarise(variants: list[dict[str, Any]], flag_sets: dict[str, list[str]]) -
         out[name]["mean_train_s"] = float(np.mean([r["wall_s"] for _, r in runs])) if runs else None
         corr = [r["corr"] for _, r in runs if "corr" in r]  # the signal kind's: position against the column
         out[name]["median_corr"] = float(np.median(corr)) if corr else None
+    return out
+
+
+def paired(variants: list[dict[str, Any]], flag_sets: dict[str, list[str]]) -> dict[str, Any]:
+    """Each flag set after the first against the first, run by run (same variant and seed): per kind
+    and over all, the median of the share's differences and how many runs are better or worse by
+    more than :data:`PAIRED_MARGIN`."""
+    names = list(flag_sets)
+    out: dict[str, Any] = {}
+    for name in names[1:]:
+        diffs: dict[str, list[float]] = {}
+        for v in variants:
+            base = {r["seed"]: r["share"] for r in v["runs"].get(names[0], []) if "share" in r}
+            for r in v["runs"].get(name, []):
+                if "share" in r and r["seed"] in base:
+                    diffs.setdefault(v["kind"], []).append(r["share"] - base[r["seed"]])
+        diffs["all"] = [d for kind in list(diffs) for d in diffs[kind]]
+        out[name] = {kind: {"runs": len(d), "median_diff": float(np.median(d)) if d else None,
+                            "better": sum(x > PAIRED_MARGIN for x in d), "worse": sum(x < -PAIRED_MARGIN for x in d)}
+                     for kind, d in diffs.items()}
     return out
 
 
@@ -146,6 +167,12 @@ def print_table(report: dict[str, Any]) -> None:
             print(f"{n[:23]:<24}{kind:<8}{d['runs']:5d}{_f(d['median'], '8.3f')}{_f(d['worst_decile'], '10.3f')}"
                   f"{_f(d['worst'], '7.3f')}{steps}{secs}{corr}")
         print(f"{'':<24}flags: {' '.join(report['flag_sets'][n]) or '(none: the defaults)'}")
+    if report["paired"]:
+        print(f"\npaired with {names[0]} (same variant and seed): the median difference of the shares, and the "
+              f"runs better / worse by more than {PAIRED_MARGIN}")
+        for n, kinds in report["paired"].items():
+            print(f"{n[:23]:<24}" + "  ".join(f"{k} {_f(d['median_diff'], '+.3f')} ({d['better']}/{d['worse']})"
+                                             for k, d in kinds.items()))
 
 
 def main() -> None:
@@ -234,6 +261,7 @@ def main() -> None:
         "variants_list": [r["name"] for r in rows] if args.variants_list else None,
         "seeds": seeds, "budget": {"train_for": args.train_for} if args.train_for else {"episodes": args.episodes},
         "flag_sets": flag_sets, "quick": args.quick, "variants": rows, "summary": summarise(rows, flag_sets),
+        "paired": paired(rows, flag_sets),
         "ceilings_s": ceilings_s, "wall_s": time.perf_counter() - start}
     print_table(report)
     how = f"--train-for {args.train_for} (equal wall time)" if args.train_for else f"--episodes {args.episodes}"

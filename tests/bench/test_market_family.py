@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT))
 from bench.family_draw import (CHUNK, CHUNKS, EDGE_OVER_COST, FAMILY_SEED, KINDS, RANGES, TEST_BARS,  # noqa: E402
                                TEST_WARMUP, TRAIN_BARS, VARIANTS_PER_KIND, characteristic_move, chunk_bounds,
                                draw_family, draw_variant, pick, write_variant)
-from bench.market_family import distribution, parse_flag_sets  # noqa: E402
+from bench.market_family import distribution, paired, parse_flag_sets  # noqa: E402
 
 
 def test_the_family_is_the_same_from_the_same_seed_and_another_from_another():
@@ -71,6 +71,21 @@ def test_flag_sets_and_the_distribution():
         parse_flag_sets(["--feature-window 256"])
     d = distribution([float(x) for x in range(1, 11)])
     assert d["median"] == 5.5 and math.isclose(d["worst_decile"], 1.9) and d["worst"] == 1.0
+
+
+def test_paired_compares_each_flag_set_with_the_first_run_by_run():
+    def runs(*shares):
+        return [{"seed": seed, "share": share} for seed, share in enumerate(shares, 1)]
+    variants = [{"kind": "ou", "runs": {"a": runs(0.5, 0.6), "b": runs(0.6, 0.59), "c": runs(0.1, 0.2)}},
+                {"kind": "signal", "runs": {"a": runs(0.1, 0.2), "b": runs(0.0, 0.3) + [{"seed": 3, "share": 9.0}],
+                                            "c": [{"seed": 1, "failed": "exit 1"}, {"seed": 2, "share": 0.2}]}}]
+    out = paired(variants, {"a": [], "b": ["--x"], "c": ["--y"]})
+    assert list(out) == ["b", "c"]  # the first is the yardstick; seed 3 has no partner
+    assert out["b"]["ou"] == {"runs": 2, "median_diff": pytest.approx(0.045), "better": 1, "worse": 0}
+    assert out["b"]["signal"] == {"runs": 2, "median_diff": pytest.approx(0.0), "better": 1, "worse": 1}
+    assert out["b"]["all"]["runs"] == 4 and (out["b"]["all"]["better"], out["b"]["all"]["worse"]) == (2, 1)
+    assert out["c"]["signal"] == {"runs": 1, "median_diff": pytest.approx(0.0), "better": 0, "worse": 0}
+    assert out["c"]["ou"]["worse"] == 2
 
 
 def test_variants_by_name_keep_the_family_order_and_refuse_a_held_out_name_in_the_tuning_split():
