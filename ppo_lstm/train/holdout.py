@@ -225,7 +225,8 @@ def holdout_score(result: HoldoutResult) -> float:
 
 def holdout_line(episode: int, result: HoldoutResult) -> str:
     """``Holdout @ episode N - Return: x%, Sharpe: y, Max DD: z%, Buy&Hold: w%`` (with several
-    instruments, each the mean over them, and `` (mean of K instruments)``)."""
+    instruments, each the mean over them, and `` (mean of K instruments)``). On simulated episodes
+    the return is the chained account's, and the episodes' own mean (and sd) follow it."""
     if isinstance(result, InstrumentsResult):
         sharpe = result.mean("sharpe")
         return (f"Holdout @ episode {episode} - Return: {_pct(result.mean('total_return_pct'))}, Sharpe: "
@@ -235,9 +236,16 @@ def holdout_line(episode: int, result: HoldoutResult) -> str:
                 f"(mean of {_counted(result)}{len(result.results)} instruments)")
     agent = result.agent
     sharpe = "-" if agent.sharpe is None else f"{agent.sharpe:.2f}"
-    return (f"Holdout @ episode {episode} - Return: {_pct(agent.total_return_pct)}, Sharpe: {sharpe}, "
+    spread = result.per_episode()
+    chained = hold = ""
+    if spread is not None:
+        own, held = spread
+        sd = "" if own.std_return_pct is None else f", {_pct(own.std_return_pct, signed=False)} sd"
+        chained = f" ({result.episodes} episodes chained; per episode {_pct(own.mean_return_pct)} mean{sd})"
+        hold = f" (per episode {_pct(held.mean_return_pct)} mean)"
+    return (f"Holdout @ episode {episode} - Return: {_pct(agent.total_return_pct)}{chained}, Sharpe: {sharpe}, "
             f"Max DD: {_pct(agent.max_drawdown_pct, signed=False)}, "
-            f"Buy&Hold: {_pct(result.buy_and_hold.total_return_pct)}")
+            f"Buy&Hold: {_pct(result.buy_and_hold.total_return_pct)}{hold}")
 
 
 def _counted(result: InstrumentsResult) -> str:

@@ -32,6 +32,10 @@ from ppo_lstm.train.trainer import Trainer
 
 HOLDOUT_LINE = re.compile(r"^Holdout @ episode (\d+) - Return: ([+-]\d+\.\d\d)%, Sharpe: (-?\d+\.\d\d|-), "
                           r"Max DD: (\d+\.\d\d)%, Buy&Hold: ([+-]\d+\.\d\d)%$")
+SIMULATED_HOLDOUT_LINE = re.compile(
+    r"Holdout @ episode \d+ - Return: ([+-]\d+\.\d\d)% \(6 episodes chained; per episode ([+-]\d+\.\d\d)% mean, "
+    r"(\d+\.\d\d)% sd\), Sharpe: (?:-?\d+\.\d\d|-), Max DD: \d+\.\d\d%, "
+    r"Buy&Hold: ([+-]\d+\.\d\d)% \(per episode ([+-]\d+\.\d\d)% mean\)$")
 WINDOW, LENGTH = 8, 16  # TINY's
 
 
@@ -207,6 +211,16 @@ def test_simulated_holdout_reproduces_with_the_printed_command(tmp_path, capsys)
     report = json.loads(capsys.readouterr().out)
     assert report["bars"] == 6 * LENGTH
     assert report["agent"]["total_return_pct"] == pytest.approx(best["holdout_return_pct"], abs=1e-5)
+    # the line gives the chained return, then the episodes' own mean and sd, as the report does
+    summary = next(line for line in out if line.startswith("Best checkpoint: "))
+    line = SIMULATED_HOLDOUT_LINE.search(summary)
+    assert line, summary
+    chained, mean, sd, hold_mean = (float(line.group(k)) for k in (1, 2, 3, 5))
+    assert chained == pytest.approx(report["agent"]["total_return_pct"], abs=0.006)
+    assert mean == pytest.approx(report["per_episode"]["agent"]["mean_return_pct"], abs=0.006)
+    assert sd == pytest.approx(report["per_episode"]["agent"]["std_return_pct"], abs=0.006)
+    assert float(line.group(4)) == pytest.approx(report["buy_and_hold"]["total_return_pct"], abs=0.006)
+    assert hold_mean == pytest.approx(report["per_episode"]["buy_and_hold"]["mean_return_pct"], abs=0.006)
 
 
 def test_the_holdout_backtest_touches_no_global_rng(tmp_path):
