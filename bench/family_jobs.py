@@ -1,6 +1,7 @@
 """The training job of ``bench/market_family.py`` (run in a child process): one seed of
 ppo-lstm-trader trained on a variant's training file with a user's flags, as the CLI parses
-them, then scored greedily on the test file's episodes (``family_draw.chunk_bounds``).
+them, then scored greedily on the test file's episodes (``family_draw.chunk_bounds``): its final
+weights, or with ``pick`` "best" its best.pt (the final weights' score under ``final``).
 
 It trains as ``bench/learning_jobs.train_ours`` does (the CLI's loop, in-process, one torch
 thread, the final weights), from a command line instead of ``TrainConfig`` overrides.
@@ -79,10 +80,18 @@ def train_family(job: dict[str, Any]) -> dict[str, Any]:
     from ppo_lstm.train.shutdown import StopRequest
     from ppo_lstm.train.trainer import Trainer
 
+    from bench.learning_jobs import _load_agent
+    from ppo_lstm.rundir.checkpoint import BEST_NAME
+
+    pick_best = job.get("pick", "final") == "best"
     with tempfile.TemporaryDirectory() as tmp:
         argv = [*job["argv"], "--data", job["train_csv"], "--seed", str(job["seed"])]
-        config = replace(_parse(argv), progress=False, log_file=os.path.join(tmp, "log"), checkpoint_dir=tmp,
-                         checkpoint_interval=10**9, log_interval=10**9, device="cpu")
+        config = _parse(argv)
+        # "final": one checkpoint, at the end; "best": best.pt, the hold-out's pick over the checkpoints
+        # every --checkpoint-interval episodes (the flag set's, or the default), as a user's run keeps it
+        config = replace(config, progress=False, log_file=os.path.join(tmp, "log"), checkpoint_dir=tmp,
+                         checkpoint_interval=config.checkpoint_interval if pick_best else 10**9,
+                         log_interval=10**9, device="cpu")
         with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):  # the trainer's log lines
             start = time.perf_counter()
             trainer = Trainer(config, Worker(LocalComm(), 0, torch.device("cpu")), None, StopRequest())
@@ -93,7 +102,12 @@ def train_family(job: dict[str, Any]) -> dict[str, Any]:
         tail = rows[-max(1, len(rows) // 10):]
         entropy = float(np.mean([float(r["entropy"]) for r in tail])) if tail else float("nan")
         episodes = int(trainer.config.episodes) if hasattr(trainer, "config") else None
-    out = score_episodes(trainer.agent.eval(), config.env, job["test_csv"])
+        final = score_episodes(trainer.agent.eval(), config.env, job["test_csv"])
+        out = final
+        if pick_best:  # best.pt scored, the final weights beside it
+            agent, picked = _load_agent(os.path.join(tmp, BEST_NAME), config)
+            out = {**score_episodes(agent.eval(), config.env, job["test_csv"]), "picked_env_steps": picked,
+                   "final": final}
     out.update(seed=job["seed"], wall_s=wall, env_steps=int(trainer.state.env_steps), episodes=episodes,
                final_entropy=entropy)
     return out

@@ -192,6 +192,10 @@ def main() -> None:
                         help='a flag set to compare, e.g. fw256="--feature-window 256" (repeatable; default: '
                              'defaults="", today\'s defaults)')
     parser.add_argument("--family-seed", type=int, default=FAMILY_SEED)
+    parser.add_argument("--pick", choices=("final", "best"), default="final",
+                        help="which weights of a run to score: the final ones, or best.pt, the trainer's pick on its "
+                             "own hold-out (the training file's last 20 %%) over the checkpoints every "
+                             "--checkpoint-interval episodes, as a user's run keeps it (the final score beside it)")
     parser.add_argument("--jobs", type=int, default=2, help="training processes at once (1 torch thread each)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 variant per kind, 1 seed, 10 s each")
     parser.add_argument("--json-out", type=Path, help="also write the JSON line here")
@@ -233,7 +237,7 @@ def main() -> None:
         for seed in seeds:  # flag sets side by side, so each pair trains beside the same load; a set's own
             # --train-for or --episodes comes after the budget's and so overrides it (e.g. x2="--train-for 90s")
             jobs += [{"variant": v.name, "flags": name, "seed": seed, "train_csv": str(train_csv),
-                      "test_csv": str(test_csv), "argv": [*v.flags(), *budget_argv, *extra]}
+                      "test_csv": str(test_csv), "argv": [*v.flags(), *budget_argv, *extra], "pick": args.pick}
                      for name, extra in flag_sets.items()]
     ceilings_s = time.perf_counter() - start
     done: list[dict[str, Any]] = []
@@ -260,11 +264,12 @@ def main() -> None:
         "held_out": [r["name"] for r in rows if r["split"] == "held-out"], "variants_per_kind": args.variants,
         "variants_list": [r["name"] for r in rows] if args.variants_list else None,
         "seeds": seeds, "budget": {"train_for": args.train_for} if args.train_for else {"episodes": args.episodes},
-        "flag_sets": flag_sets, "quick": args.quick, "variants": rows, "summary": summarise(rows, flag_sets),
+        "flag_sets": flag_sets, "pick": args.pick, "quick": args.quick, "variants": rows, "summary": summarise(rows, flag_sets),
         "paired": paired(rows, flag_sets),
         "ceilings_s": ceilings_s, "wall_s": time.perf_counter() - start}
     print_table(report)
     how = f"--train-for {args.train_for} (equal wall time)" if args.train_for else f"--episodes {args.episodes}"
+    how += "; best.pt scored" if args.pick == "best" else ""
     print(f"\n{len(rows)} variants ({args.split}), seeds {seeds}, {how}; wall time {report['wall_s']:.0f}s "
           f"(files and ceilings {ceilings_s:.0f}s); share = net log return per bar over the ceiling's, on the "
           f"test file's episodes")
