@@ -4,7 +4,7 @@ them, then scored greedily on the test file's episodes (``family_draw.chunk_boun
 weights, or with ``pick`` "best" its best.pt (the final weights' score under ``final``).
 
 It trains as ``bench/learning_jobs.train_ours`` does (the CLI's loop, in-process, one torch
-thread, the final weights), from a command line instead of ``TrainConfig`` overrides.
+thread, the final weights or best.pt), from a command line instead of ``TrainConfig`` overrides.
 """
 from __future__ import annotations
 
