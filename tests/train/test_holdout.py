@@ -33,7 +33,7 @@ from ppo_lstm.train.trainer import Trainer
 HOLDOUT_LINE = re.compile(r"^Holdout @ episode (\d+) - Return: ([+-]\d+\.\d\d)%, Sharpe: (-?\d+\.\d\d|-), "
                           r"Max DD: (\d+\.\d\d)%, Buy&Hold: ([+-]\d+\.\d\d)%$")
 SIMULATED_HOLDOUT_LINE = re.compile(
-    r"Holdout @ episode \d+ - Return: ([+-]\d+\.\d\d)% \(6 episodes chained; per episode ([+-]\d+\.\d\d)% mean, "
+    r"Holdout @ episode \d+ - Return: ([+-]\d+\.\d\d)% \(\d+ episodes chained; per episode ([+-]\d+\.\d\d)% mean, "
     r"(\d+\.\d\d)% sd\), Sharpe: (?:-?\d+\.\d\d|-), Max DD: \d+\.\d\d%, "
     r"Buy&Hold: ([+-]\d+\.\d\d)% \(per episode ([+-]\d+\.\d\d)% mean\)$")
 WINDOW, LENGTH = 8, 16  # TINY's
@@ -214,7 +214,7 @@ def test_simulated_holdout_reproduces_with_the_printed_command(tmp_path, capsys)
     # the line gives the chained return, then the episodes' own mean and sd, as the report does
     summary = next(line for line in out if line.startswith("Best checkpoint: "))
     line = SIMULATED_HOLDOUT_LINE.search(summary)
-    assert line, summary
+    assert line and "(6 episodes chained; " in summary, summary
     chained, mean, sd, hold_mean = (float(line.group(k)) for k in (1, 2, 3, 5))
     assert chained == pytest.approx(report["agent"]["total_return_pct"], abs=0.006)
     assert mean == pytest.approx(report["per_episode"]["agent"]["mean_return_pct"], abs=0.006)
@@ -298,5 +298,5 @@ def test_a_second_holdout_at_the_same_episode_count_names_its_update(tmp_path):
         trainer.log.close()
     lines = [line for line in (tmp_path / "train.log").read_text().splitlines() if line.startswith("Holdout @")]
     assert [re.match(r"Holdout @ episode (\d+) - ", line).group(1) for line in lines] == ["0", "0", "2"]
-    assert HOLDOUT_LINE.match(lines[0]) and HOLDOUT_LINE.match(lines[2])  # the usual lines, nothing added
-    assert lines[1].endswith("% (update 3, after the line above at this episode count)")
+    assert SIMULATED_HOLDOUT_LINE.match(lines[0]) and SIMULATED_HOLDOUT_LINE.match(lines[2])  # the usual lines
+    assert lines[1].endswith(" mean) (update 3, after the line above at this episode count)")
