@@ -115,3 +115,18 @@ def test_position_against_the_column():
     assert flat["exposure"] == 0.0 and flat["corr"] == 0.0 and math.isnan(flat["sign_agree"])
     against = position_vs_column(np.array([-1.0, 1.0, 0.0, 0.0]), column)
     assert against["exposure"] == 0.5 and against["sign_agree"] == 0.0 and against["corr"] < 0
+
+
+def test_a_job_picking_best_scores_best_pt_with_the_final_weights_beside_it(tmp_path):
+    """One tiny training run on a variant's files, scored at both picks (no learning judged)."""
+    from bench.family_jobs import train_family
+    from tests.conftest import TINY
+
+    train, test = write_variant(draw_variant("regime", 0), tmp_path)
+    job = {"argv": [*TINY, "--episodes", "8", "--checkpoint-interval", "4", "--holdout", "0.01"], "seed": 1,
+           "train_csv": str(train), "test_csv": str(test)}
+    final = train_family(job)
+    best = train_family({**job, "pick": "best"})
+    assert "final" not in final and math.isfinite(final["bps_per_bar"])
+    assert best["final"] == {k: final[k] for k in best["final"]}  # the checkpoints leave the training as it was
+    assert 0 < best["picked_env_steps"] <= best["env_steps"] == final["env_steps"]
