@@ -264,8 +264,8 @@ def main() -> None:
         "held_out": [r["name"] for r in rows if r["split"] == "held-out"], "variants_per_kind": args.variants,
         "variants_list": [r["name"] for r in rows] if args.variants_list else None,
         "seeds": seeds, "budget": {"train_for": args.train_for} if args.train_for else {"episodes": args.episodes},
-        "flag_sets": flag_sets, "pick": args.pick, "quick": args.quick, "variants": rows, "summary": summarise(rows, flag_sets),
-        "paired": paired(rows, flag_sets),
+        "flag_sets": flag_sets, "pick": args.pick, "quick": args.quick, "variants": rows,
+        "summary": summarise(rows, flag_sets), "paired": paired(rows, flag_sets),
         "ceilings_s": ceilings_s, "wall_s": time.perf_counter() - start}
     print_table(report)
     how = f"--train-for {args.train_for} (equal wall time)" if args.train_for else f"--episodes {args.episodes}"
