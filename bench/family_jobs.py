@@ -3,6 +3,10 @@ ppo-lstm-trader trained on a variant's training file with a user's flags, as the
 them, then scored greedily on the test file's episodes (``family_draw.chunk_bounds``): its final
 weights, or with ``pick`` "best" its best.pt (the final weights' score under ``final``).
 
+A flag set may hold the bench's own ``--train-fee-mult M`` (``split_train_fee``): it trains at M
+times the run's ``--fee-bps`` and is scored at the fee itself, a way to price turnover in training
+that no trainer flag gives.
+
 It trains as ``bench/learning_jobs.train_ours`` does (the CLI's loop, in-process, one torch
 thread, the final weights or best.pt), from a command line instead of ``TrainConfig`` overrides.
 """
@@ -72,6 +76,27 @@ def position_vs_column(position: np.ndarray, column: np.ndarray) -> dict[str, fl
     return {"exposure": float(inside.mean()), "sign_agree": agree, "corr": corr}
 
 
+TRAIN_FEE_MULT = "--train-fee-mult"
+
+
+def split_train_fee(argv: list[str]) -> tuple[list[str], float | None]:
+    """``argv`` without the bench's ``--train-fee-mult M``, its last ``--fee-bps F`` raised to
+    ``M * F``, and ``F``: the fee to score at (None without the multiplier)."""
+    if TRAIN_FEE_MULT not in argv:
+        return list(argv), None
+    i = argv.index(TRAIN_FEE_MULT)
+    mult = float(argv[i + 1])
+    if not mult > 0:
+        raise ValueError(f"{TRAIN_FEE_MULT} must be > 0, got {argv[i + 1]}")
+    out = argv[:i] + argv[i + 2:]
+    if TRAIN_FEE_MULT in out:
+        raise ValueError(f"{TRAIN_FEE_MULT} is given twice")
+    j = len(out) - 1 - out[::-1].index("--fee-bps")
+    fee = float(out[j + 1])
+    out[j + 1] = f"{fee * mult:.6g}"
+    return out, fee
+
+
 def train_family(job: dict[str, Any]) -> dict[str, Any]:
     """Train ``job["seed"]`` on ``job["train_csv"]`` with ``job["argv"]`` (the market's flags,
     the flag set's, the budget's) and score it on ``job["test_csv"]``."""
@@ -85,8 +110,9 @@ def train_family(job: dict[str, Any]) -> dict[str, Any]:
 
     pick_best = job.get("pick", "final") == "best"
     with tempfile.TemporaryDirectory() as tmp:
-        argv = [*job["argv"], "--data", job["train_csv"], "--seed", str(job["seed"])]
+        argv, score_fee = split_train_fee([*job["argv"], "--data", job["train_csv"], "--seed", str(job["seed"])])
         config = _parse(argv)
+        scored_env = config.env if score_fee is None else replace(config.env, fee_bps=score_fee)
         # "final": one checkpoint, at the end; "best": best.pt, the hold-out's pick over the checkpoints
         # every --checkpoint-interval episodes (the flag set's, or the default), as a user's run keeps it
         config = replace(config, progress=False, log_file=os.path.join(tmp, "log"), checkpoint_dir=tmp,
@@ -102,11 +128,11 @@ def train_family(job: dict[str, Any]) -> dict[str, Any]:
         tail = rows[-max(1, len(rows) // 10):]
         entropy = float(np.mean([float(r["entropy"]) for r in tail])) if tail else float("nan")
         episodes = int(trainer.config.episodes) if hasattr(trainer, "config") else None
-        final = score_episodes(trainer.agent.eval(), config.env, job["test_csv"])
+        final = score_episodes(trainer.agent.eval(), scored_env, job["test_csv"])
         out = final
         if pick_best:  # best.pt scored, the final weights beside it
             agent, picked = _load_agent(os.path.join(tmp, BEST_NAME), config)
-            out = {**score_episodes(agent.eval(), config.env, job["test_csv"]), "picked_env_steps": picked,
+            out = {**score_episodes(agent.eval(), scored_env, job["test_csv"]), "picked_env_steps": picked,
                    "final": final}
     out.update(seed=job["seed"], wall_s=wall, env_steps=int(trainer.state.env_steps), episodes=episodes,
                final_entropy=entropy)

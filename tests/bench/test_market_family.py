@@ -130,3 +130,35 @@ def test_a_job_picking_best_scores_best_pt_with_the_final_weights_beside_it(tmp_
     assert "final" not in final and math.isfinite(final["bps_per_bar"])
     assert best["final"] == {k: final[k] for k in best["final"]}  # the checkpoints leave the training as it was
     assert 0 < best["picked_env_steps"] <= best["env_steps"] == final["env_steps"]
+
+
+def test_the_benchs_train_fee_multiplier_raises_the_training_fee_and_leaves_the_scoring_fee():
+    from bench.family_jobs import split_train_fee
+    argv = ["--fee-bps", "5", "--slippage-bps", "0", "--train-fee-mult", "2", "--episodes", "8"]
+    assert split_train_fee(argv) == (["--fee-bps", "10", "--slippage-bps", "0", "--episodes", "8"], 5.0)
+    assert split_train_fee(["--fee-bps", "5"]) == (["--fee-bps", "5"], None)
+    # a flag set's own --fee-bps comes after the market's and wins: that is the one multiplied
+    assert split_train_fee(["--fee-bps", "5", "--fee-bps", "3", "--train-fee-mult", "4"]) == (
+        ["--fee-bps", "5", "--fee-bps", "12"], 3.0)
+    for bad in (["--fee-bps", "5", "--train-fee-mult", "0"],
+                ["--fee-bps", "5", "--train-fee-mult", "2", "--train-fee-mult", "2"]):
+        with pytest.raises(ValueError):
+            split_train_fee(bad)
+
+
+def test_a_job_trained_at_a_multiple_of_the_fee_is_scored_at_the_fee(tmp_path, monkeypatch):
+    """One tiny run: the trainer reads the raised fee, the test file is scored at the variant's."""
+    import bench.family_jobs as jobs
+    from tests.conftest import TINY
+
+    seen = []
+    score = jobs.score_episodes
+    monkeypatch.setattr(jobs, "score_episodes", lambda agent, env, csv: seen.append(env.fee_bps) or score(agent, env, csv))
+    train, test = write_variant(draw_variant("regime", 0), tmp_path)
+    job = {"argv": [*TINY, "--fee-bps", "5", "--train-fee-mult", "3", "--episodes", "4"], "seed": 1,
+           "train_csv": str(train), "test_csv": str(test)}
+    parsed = []
+    parse = jobs._parse
+    monkeypatch.setattr(jobs, "_parse", lambda argv: parsed.append(parse(argv)) or parsed[-1])
+    out = jobs.train_family(job)
+    assert parsed[0].env.fee_bps == 15.0 and seen == [5.0] and math.isfinite(out["bps_per_bar"])
