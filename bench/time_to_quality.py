@@ -239,7 +239,8 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=8192, help="env steps between evaluations")
     parser.add_argument("--episodes", type=int, default=500, help="held-out episodes per evaluation")
     parser.add_argument("--jobs", type=int, default=2, help="training processes at once (1 torch thread each)")
-    parser.add_argument("--plot", type=Path, default=Path("bench/results/time_to_quality.png"))
+    parser.add_argument("--plot", type=Path, default=Path("time_to_quality.png"),
+                        help="the plot's path (default: time_to_quality.png in the current directory)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="TrainConfig override for ppo-lstm-trader (env fields as env.NAME, which "
                              "RecurrentPPO's env takes too), repeatable")
