@@ -1,12 +1,13 @@
 """Plot learning curves per batch from ``bench/gpu_learning.py`` outputs: held-out score against
 training seconds and against env steps, one colour per configuration, one line per seed
-(from the first scored update on: the axes are logarithmic).
+(from the first scored update on: the axes are logarithmic). The committed figure is drawn by
 
     python bench/plot_batch_curves.py bench/results/cpu_learning_envs.txt \\
         bench/results/gpu_learning_nvidia_h200.txt --market regime-10bps --out bench/results/batch_curves.png
 
 Reads every JSON line whose ``bench`` is ``gpu_learning`` in the files given (a label
-prefix per file: its device), and prints one line per configuration plotted.
+prefix per file: its device), writes ``--out`` (default: ``batch_curves.png`` in the current
+directory) and prints one line per configuration plotted.
 """
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--market", default="regime-10bps")
-    parser.add_argument("--out", type=Path, default=Path("bench/results/batch_curves.png"))
+    parser.add_argument("--out", type=Path, default=Path("batch_curves.png"),
+                        help="the PNG to write (default: batch_curves.png in the current directory)")
     args = parser.parse_args()
     import matplotlib
     matplotlib.use("Agg")
