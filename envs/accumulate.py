@@ -1,9 +1,10 @@
 """Running sums (any ufunc) along time for many series at once, bit for bit NumPy's.
 
-``ufunc.accumulate`` walks each series as one serial chain of dependent adds. With
-many series a Python loop over time, each step one ufunc call across every series,
-is faster than ``np.cumsum`` along the series or ``np.add.accumulate`` along axis 0,
-and computes the same ``out[t] = ufunc(out[t-1], x[t])`` in the same order.
+Both functions compute ``out[t] = ufunc(out[t-1], x[t])`` in the order ``ufunc.accumulate``
+does: :func:`accumulate_time` in place on a time-major ``[T, m]`` array (m series, e.g. envs),
+:func:`accumulate` on a series-major ``[m, T]`` one. With many series (from
+``_LOOP_SERIES_TIME_MAJOR`` or ``_LOOP_SERIES_ENV_MAJOR``) they loop over time, one ufunc call
+across every series a step; with few, they call ``ufunc.accumulate``.
 """
 from __future__ import annotations
 

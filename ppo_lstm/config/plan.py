@@ -1,24 +1,23 @@
 """The batch rule: how the batch of one update, its minibatches, the rollout length and the
 default Adam rates follow ``--num-envs`` and the worker count (docs/batch_scaling.md).
 
-Every rank all-gathers its rollout, so the batch grows with the envs and the workers:
-U = T x S for S env sequences (envs x workers), T = :data:`STEPS_PER_ENV` steps of each, or
-:data:`SHORT_STEPS` from :data:`SHORT_FROM` to :data:`FULL_FROM` - 1 sequences
-(:func:`rule_steps`), unless ``--rollout-steps`` sets T or ``--update-interval`` sets U. The S
-sequences split into :data:`MAX_MINIBATCHES` minibatches, fewer where a minibatch would hold
-under :data:`MIN_SEQUENCES` sequences or :data:`MIN_MINIBATCH` transitions
-(:func:`rule_minibatches`), unless ``--minibatches`` sets them. The rates left to the rule are
-:data:`BASE_RATES` x min(sqrt(m / :data:`BASE_MINIBATCH`), ``--rate-cap``), m = U / minibatches
-the transitions of one gradient step (:data:`DEFAULT_RATE_CAP` unless given); at 4 minibatches
-that is sqrt(U / :data:`BASE_BATCH`). With ``--minibatches`` given, the rates follow the batch
-alone, sqrt(U / :data:`BASE_BATCH`). :class:`BatchPlan` holds what the rule picks for one
-run and worker count; the functions read a :class:`~ppo_lstm.config.schema.TrainConfig`.
+Every rank all-gathers its rollout, so the batch grows with the envs and the workers: a batch
+is ``[T, S]``, U = T x S transitions of S env sequences (envs x workers), and a minibatch is
+``[T, ~S / minibatches]``, whole sequences in near-equal shares (:func:`share`). T is
+:data:`STEPS_PER_ENV` steps of each sequence, or :data:`SHORT_STEPS` from :data:`SHORT_FROM` to
+:data:`FULL_FROM` - 1 sequences (:func:`rule_steps`), unless ``--rollout-steps`` sets T or
+``--update-interval`` sets U. The S sequences split into :data:`MAX_MINIBATCHES` minibatches,
+fewer where a minibatch would hold under :data:`MIN_SEQUENCES` sequences or
+:data:`MIN_MINIBATCH` transitions (:func:`rule_minibatches`), unless ``--minibatches`` sets
+them. The rates left to the rule are :data:`BASE_RATES` x min(sqrt(m / :data:`BASE_MINIBATCH`),
+``--rate-cap``), m = U / minibatches the transitions of one gradient step
+(:data:`DEFAULT_RATE_CAP` unless given); at 4 minibatches that is sqrt(U / :data:`BASE_BATCH`).
+With ``--minibatches`` given, the rates follow the batch alone, sqrt(U / :data:`BASE_BATCH`).
+:class:`BatchPlan` holds what the rule picks for one run and worker count; the functions read a
+:class:`~ppo_lstm.config.schema.TrainConfig`.
 
-The rule is versioned (:data:`RULES`, ``--batch-rule``): a run keeps the version it started
-with, so a resume trains as the run was trained. Version 1 kept 16 steps at every count and
-only minibatches that divide the sequences; 2 added the 8-step rollouts and the 64-transition
-floor; 3 lets minibatches differ by one sequence, so no sequence count falls back to one
-minibatch where 2, 3 or 4 of them would hold enough.
+The rule is versioned (:data:`RULES`, ``--batch-rule``; each version stays selectable), and a
+resumed run keeps its version.
 """
 from __future__ import annotations
 

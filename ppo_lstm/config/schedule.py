@@ -7,8 +7,9 @@ goes on where the run was. The env steps keep the schedules smooth between the w
 which envs end their episodes; the episodes carry them to their end by the run's last
 episode where episodes end early.
 
-``schedule_rule`` 1 is the clock of runs begun before there was one (the rates on env
-steps of the plan's updates, the costs on finished episodes); a resumed run keeps its rule.
+:func:`schedules_at` gives both as floats in [0, 1] (:class:`Schedules`).
+``--schedule-rule 1`` (the rates annealed over the plan's updates, the costs on finished
+episodes) stays selectable, and a resumed run keeps its rule.
 """
 from __future__ import annotations
 

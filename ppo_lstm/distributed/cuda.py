@@ -13,11 +13,13 @@ Numerics (:func:`configure_numerics`), set in every GPU worker before its first 
 - with ``--deterministic`` (the default), cuBLAS and cuDNN use deterministic algorithms,
   so runs of one seed repeat bit for bit;
 - ``torch.utils.deterministic.fill_uninitialized_memory`` is off. Deterministic mode
-  turns it on, and then every ``torch.empty`` is filled with NaN before use: a debugging
-  aid that cost 1,434 of 5,996 kernels per training iteration of 16 gradient steps here
-  (``bench/gpu_profile.py``).
-  No op of the training loop reads memory it has not written, so results stay bitwise
-  repeatable without it (``tests/distributed/test_cuda.py`` checks two runs).
+  turns it on, and then every ``torch.empty`` is filled with NaN before use, a debugging
+  aid (its cost: docs/gpu.md, "What a GPU worker does"). No op of the training loop reads
+  memory it has not written, so results stay bitwise repeatable without it
+  (``tests/distributed/test_cuda.py`` checks two runs).
+
+Also here: :func:`gpu_index_for` (the GPU of a worker's ``LOCAL_RANK``), :func:`require_bf16`,
+and :func:`count_syncs` (the synchronizing CUDA calls of a function, as the tests count them).
 """
 from __future__ import annotations
 

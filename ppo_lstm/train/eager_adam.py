@@ -2,12 +2,13 @@
 
 ``torch.optim.Optimizer`` wraps ``step``, ``zero_grad``, ``add_param_group``, ``state_dict``
 and ``load_state_dict`` so that ``torch.compile`` leaves them alone, and each wrapper imports
-``torch._dynamo`` on its first call: 3.2 s of CPU in every process that trains, where a tiny
-run takes 5.0 s without it (bench/results/startup.txt). Nothing here is compiled, so
-:class:`EagerAdam` calls the functions those wrappers wrap, where each has exactly one wrapper of
-a kind torch is known to use (:func:`resolve_methods`; otherwise torch's methods, with a warning).
-The arithmetic, the fused kernel, the state, ``state_dict`` and the step hooks are torch's: its
-updates and checkpoints are bitwise those of ``torch.optim.Adam`` (``tests/train/test_eager_adam.py``).
+``torch._dynamo`` on its first call. Nothing here is compiled, so :class:`EagerAdam` calls the
+functions those wrappers wrap, where each has exactly one wrapper of a kind torch is known to use
+(:func:`resolve_methods`; otherwise torch's methods, with a warning). The arithmetic, the fused
+kernel, the state, ``state_dict`` and the step hooks are torch's: its updates and checkpoints are
+bitwise those of ``torch.optim.Adam`` (``tests/train/test_eager_adam.py``). The state of a
+parameter of shape ``S`` is torch's: ``exp_avg`` and ``exp_avg_sq`` of shape ``S`` and a scalar
+``step``. What the import costs a process: docs/benchmarks.md, "Start-up".
 """
 from __future__ import annotations
 
