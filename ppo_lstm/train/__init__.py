@@ -10,6 +10,7 @@
 - ``data_fingerprint.py``: the training data's fingerprint in checkpoints, and the ``--resume`` check on it;
 - ``agreement.py``: the one collective of each iteration (``exchange``);
 - ``build.py``: the agent and optimizer from a config, and the model-fits-checkpoint check;
+- ``eager_adam.py``: ``EagerAdam``, torch's Adam without the import of ``torch._dynamo`` on its first call;
 - ``shutdown.py``: ``StopRequest`` (SIGINT / SIGTERM);
 - ``time_limit.py``: ``--time-limit``, the wall-clock budget of one invocation;
 - ``timing.py``: per-phase clocks and peak memory.
