@@ -26,6 +26,8 @@ compared at what they do in the same time) or ``--episodes`` (equal episodes).
     python bench/market_family.py --quick                  # smoke run: 1 variant per kind, 1 seed, 10 s
     python bench/market_family.py --kinds signal --variants-list signal-02,signal-04 \
         --flags defaults="" --flags x2="--train-for 120s"  # named variants; a set's own budget wins
+    python bench/market_family.py --episodes 1000 --flags defaults="" \
+        --flags fee2="--train-fee-mult 2"                  # the bench's own: train at 2x the fee, score at it
 
 On the signal kind each run also reports how its positions follow the ``signal`` column on the
 test file (``family_jobs.position_vs_column``: exposure, sign agreement, correlation); the table
