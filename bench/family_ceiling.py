@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import math  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import Any, Sequence  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -70,27 +70,34 @@ def score_bands(env: EnvConfig, data: MarketData, expected: np.ndarray, bands_bp
     """Score [bands] and turnover [bands] of the hysteresis rule at each band, over the
     episodes ``bounds`` of ``data``, every band trading the same bars in one pass."""
     k = len(bands_bps)
-    total, turnover = np.zeros(k), np.zeros(k)
+    episodes, turnover = [], np.zeros(k)
     for start, end in bounds:
         paths = history_paths(env, data, expected, start=start, end=end, copies=k)
         decisions = expected[start:end - 1]  # the decision bars start..end-2
         lots = np.concatenate([rules.hysteresis(decisions[None, :], b / 1e4, env.max_position, env.no_short)
                                for b in bands_bps])
         scored = trade(paths, lots, per_row=True)
-        total += scored["bps_per_bar"]
+        episodes.append(scored["bps_per_bar"])
         turnover += scored["turnover"]
-    return {"bps_per_bar": total / len(bounds), "turnover": turnover / len(bounds)}
+    per_episode = np.stack(episodes, axis=1)  # [bands, episodes]
+    return {"bps_per_bar": per_episode.mean(axis=1), "turnover": turnover / len(bounds), "episodes": per_episode}
 
 
-def ceiling(variant: Variant, train: MarketData, test: MarketData) -> dict[str, Any]:
-    """The rule tuned on ``train``'s episodes and scored on ``test``'s: its test score (bps per
-    bar), turnover, band, and the training grid."""
+def ceiling(variant: Variant, train: MarketData, test: MarketData,
+            extra: Sequence[MarketData] = ()) -> dict[str, Any]:
+    """The rule tuned on ``train``'s episodes and scored on ``test``'s (and ``extra``'s, more test
+    files, their episodes after ``test``'s): its test score (bps per bar), turnover, band, the
+    training grid, and under ``episode_bps`` its score on each test episode [episodes]."""
     env = rule_env(variant)
-    train_expected, test_expected = model_expected(variant, train), model_expected(variant, test)
+    train_expected = model_expected(variant, train)
     bands = threshold_grid(train_expected)
     tuned = score_bands(env, train, train_expected, bands, chunk_bounds(count=TRAIN_CHUNKS))
     best = int(np.argmax(tuned["bps_per_bar"]))
-    scored = score_bands(env, test, test_expected, [bands[best]], chunk_bounds())
-    return {"bps_per_bar": float(scored["bps_per_bar"][0]), "turnover": float(scored["turnover"][0]),
+    scored = [score_bands(env, data, model_expected(variant, data), [bands[best]], chunk_bounds())
+              for data in (test, *extra)]
+    episode_bps = np.concatenate([s["episodes"][0] for s in scored])
+    return {"bps_per_bar": float(episode_bps.mean()),
+            "turnover": float(np.mean([s["turnover"][0] for s in scored])),
             "threshold_bps": bands[best], "train_bps_per_bar": float(tuned["bps_per_bar"][best]),
-            "tuning_grid": {f"{b:g}": round(float(s), 3) for b, s in zip(bands, tuned["bps_per_bar"])}}
+            "tuning_grid": {f"{b:g}": round(float(s), 3) for b, s in zip(bands, tuned["bps_per_bar"])},
+            "episode_bps": episode_bps}

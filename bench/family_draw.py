@@ -30,7 +30,8 @@ Files: a ``TRAIN_BARS``-bar training file and, after it on the same path, a test
 ``TEST_WARMUP`` bars (the features' and the filter's warm-up, never scored) then ``CHUNKS``
 episodes of ``CHUNK`` bars, the bars scored. Every path starts at ``START_PRICE`` (the ou kind's
 mean). The signal kind's files hold ``Date,Open,High,Low,Close,Volume,signal,noise``; the
-others' the first six.
+others' the first six. ``write_extra_tests`` adds test files of the same law on fresh paths,
+each with its own warm-up, to score more episodes than one test file holds.
 """
 from __future__ import annotations
 
@@ -188,6 +189,24 @@ def write_variant(variant: Variant, directory: Path) -> tuple[Path, Path]:
         return train, test
     return write_process_csv(directory, variant.data_seed, variant.kind, p, TRAIN_BARS, TEST_BARS, variant.name,
                              START_PRICE)
+
+
+def write_extra_tests(variant: Variant, directory: Path, count: int) -> list[Path]:
+    """``count`` more test files of ``variant``: fresh paths of the same process and parameters,
+    ``TEST_BARS`` bars each (its own ``TEST_WARMUP`` bars, then ``CHUNKS`` scored episodes), from
+    seeds no variant's path uses; the training and first test files are left as they are."""
+    p = variant.process_params()
+    out = []
+    for j in range(1, count + 1):
+        seed, prefix = variant.data_seed * 1000 + j, f"{variant.name}-extra{j:02d}"
+        if variant.kind == "signal":
+            _, test, _, _ = write_signal_csv(directory, seed, phi=p["phi"], edge=p["edge"], noise_sd=p["noise_sd"],
+                                             train_bars=0, test_bars=TEST_BARS, prefix=prefix,
+                                             start_price=START_PRICE)
+        else:
+            _, test = write_process_csv(directory, seed, variant.kind, p, 0, TEST_BARS, prefix, START_PRICE)
+        out.append(test)
+    return out
 
 
 def chunk_bounds(first: int = TEST_WARMUP, length: int = CHUNK, count: int = CHUNKS) -> list[tuple[int, int]]:

@@ -43,22 +43,30 @@ def _parse(argv: list[str]) -> Any:
     return parse_command_line(argv).config
 
 
-def score_episodes(agent: Any, env: Any, test_csv: str) -> dict[str, float]:
-    """The agent's greedy score on every scored episode of the test file: mean net log
-    return per bar (bps) and turnover (lots per 100 bars), each episode from flat."""
-    data = load_ohlcv(test_csv, features=env.feature_names)
+def score_episodes(agent: Any, env: Any, test_csv: str | list[str],
+                   rule_bps: np.ndarray | None = None) -> dict[str, float]:
+    """The agent's greedy score on every scored episode of the test file (or files, their
+    episodes in order): mean net log return per bar (bps) and turnover (lots per 100 bars),
+    each episode from flat. With ``rule_bps``, the ceiling's score on the same episodes
+    [episodes], also ``diff_se_bps``: the standard error of the mean per-episode difference
+    between the two, the noise of the agent's score against the ceiling's on these bars."""
     scores, turnovers, held, read = [], [], [], []
-    for start, end in chunk_bounds():
-        result = backtest_history(agent, env, data, start=start, end=end)
-        if result.late_start or result.bars != end - start - 1:
-            raise RuntimeError(f"episode {start}..{end - 1} of {test_csv} started late: {result.late_start}")
-        scored = score_backtest(result)
-        scores.append(scored["bps_per_bar"])
-        turnovers.append(scored["turnover"])
-        if data.features is not None:  # position[t] is decided at bar start + t, on that bar's column
-            held.append(result.position.astype(np.float64))
-            read.append(np.asarray(data.features[start:start + result.bars, 0], np.float64))
-    out = {"bps_per_bar": float(np.mean(scores)), "turnover": float(np.mean(turnovers))}
+    for path in [test_csv] if isinstance(test_csv, str) else test_csv:
+        data = load_ohlcv(path, features=env.feature_names)
+        for start, end in chunk_bounds():
+            result = backtest_history(agent, env, data, start=start, end=end)
+            if result.late_start or result.bars != end - start - 1:
+                raise RuntimeError(f"episode {start}..{end - 1} of {path} started late: {result.late_start}")
+            scored = score_backtest(result)
+            scores.append(scored["bps_per_bar"])
+            turnovers.append(scored["turnover"])
+            if data.features is not None:  # position[t] is decided at bar start + t, on that bar's column
+                held.append(result.position.astype(np.float64))
+                read.append(np.asarray(data.features[start:start + result.bars, 0], np.float64))
+    out = {"bps_per_bar": float(np.mean(scores)), "turnover": float(np.mean(turnovers)), "episodes_scored": len(scores)}
+    if rule_bps is not None:
+        diff = np.asarray(scores) - np.asarray(rule_bps, np.float64)
+        out["diff_se_bps"] = float(diff.std(ddof=1) / np.sqrt(len(diff)))
     if held:
         out.update(position_vs_column(np.concatenate(held), np.concatenate(read)))
     return out
@@ -128,11 +136,12 @@ def train_family(job: dict[str, Any]) -> dict[str, Any]:
         tail = rows[-max(1, len(rows) // 10):]
         entropy = float(np.mean([float(r["entropy"]) for r in tail])) if tail else float("nan")
         episodes = int(trainer.config.episodes) if hasattr(trainer, "config") else None
-        final = score_episodes(trainer.agent.eval(), scored_env, job["test_csv"])
+        tests, rule_bps = job.get("test_csvs", job["test_csv"]), job.get("rule_bps")
+        final = score_episodes(trainer.agent.eval(), scored_env, tests, rule_bps)
         out = final
         if pick_best:  # best.pt scored, the final weights beside it
             agent, picked = _load_agent(os.path.join(tmp, BEST_NAME), config)
-            out = {**score_episodes(agent.eval(), scored_env, job["test_csv"]), "picked_env_steps": picked,
+            out = {**score_episodes(agent.eval(), scored_env, tests, rule_bps), "picked_env_steps": picked,
                    "final": final}
     out.update(seed=job["seed"], wall_s=wall, env_steps=int(trainer.state.env_steps), episodes=episodes,
                final_entropy=entropy)

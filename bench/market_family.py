@@ -58,8 +58,8 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.family_ceiling import ceiling  # noqa: E402
-from bench.family_draw import (FAMILY_SEED, FEATURES, KINDS, VARIANTS_PER_KIND, draw_family, pick,  # noqa: E402
-                               write_variant)
+from bench.family_draw import (CHUNKS, FAMILY_SEED, FEATURES, KINDS, VARIANTS_PER_KIND, draw_family,  # noqa: E402
+                               pick, write_extra_tests, write_variant)
 from bench.family_jobs import run_family_job  # noqa: E402
 from bench.job_pool import job_pool  # noqa: E402
 from envs.data import load_ohlcv  # noqa: E402
@@ -102,6 +102,8 @@ def summarise(variants: list[dict[str, Any]], flag_sets: dict[str, list[str]]) -
         out[name]["all"] = distribution([r["share"] for _, r in runs])
         out[name]["mean_env_steps"] = float(np.mean([r["env_steps"] for _, r in runs])) if runs else None
         out[name]["mean_train_s"] = float(np.mean([r["wall_s"] for _, r in runs])) if runs else None
+        ses = [r["share_se"] for _, r in runs if "share_se" in r]
+        out[name]["median_share_se"] = float(np.median(ses)) if ses else None
         corr = [r["corr"] for _, r in runs if "corr" in r]  # the signal kind's: position against the column
         out[name]["median_corr"] = float(np.median(corr)) if corr else None
     return out
@@ -161,7 +163,7 @@ def print_table(report: dict[str, Any]) -> None:
           f"{'corr':>7}")
     for n in names:
         s = report["summary"][n]
-        for kind in [k for k in s if k not in ("mean_env_steps", "mean_train_s", "median_corr")]:
+        for kind in [k for k in s if k not in ("mean_env_steps", "mean_train_s", "median_corr", "median_share_se")]:
             d = s[kind]
             steps = _f(s["mean_env_steps"], "10.0f") if kind == "all" else " " * 10
             secs = _f(s["mean_train_s"], "8.1f") if kind == "all" else " " * 8
@@ -198,6 +200,10 @@ def main() -> None:
                         help="which weights of a run to score: the final ones, or best.pt, the trainer's pick on its "
                              "own hold-out (the training file's last 20 %%) over the checkpoints every "
                              "--checkpoint-interval episodes, as a user's run keeps it (the final score beside it)")
+    parser.add_argument("--test-files", type=int, default=1, metavar="K",
+                        help=f"score on K test files of each variant, {CHUNKS} episodes each: the first after the "
+                             f"training file, K-1 more on fresh paths of the same law (a run's share is then "
+                             f"about sqrt(K) times less noisy)")
     parser.add_argument("--jobs", type=int, default=2, help="training processes at once (1 torch thread each)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 variant per kind, 1 seed, 10 s each")
     parser.add_argument("--json-out", type=Path, help="also write the JSON line here")
@@ -216,6 +222,8 @@ def main() -> None:
             parser.error(f"unknown kind {kind!r}; choose from {', '.join(KINDS)}")
     if not 1 <= args.variants <= VARIANTS_PER_KIND:
         parser.error(f"--variants must be 1..{VARIANTS_PER_KIND}")
+    if args.test_files < 1:
+        parser.error(f"--test-files must be at least 1, got {args.test_files}")
     budget_argv = ["--train-for", args.train_for] if args.train_for else ["--episodes", str(args.episodes)]
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
 
@@ -231,15 +239,19 @@ def main() -> None:
     jobs: list[dict[str, Any]] = []
     for v in chosen:  # the files and the ceilings first, before any training shares the cores
         train_csv, test_csv = write_variant(v, Path(tmp.name))
+        extra_csvs = write_extra_tests(v, Path(tmp.name), args.test_files - 1)
         features = FEATURES.split(",") if v.kind == "signal" else ()
-        rule = ceiling(v, load_ohlcv(train_csv, features=features), load_ohlcv(test_csv, features=features))
+        rule = ceiling(v, load_ohlcv(train_csv, features=features), load_ohlcv(test_csv, features=features),
+                       [load_ohlcv(path, features=features) for path in extra_csvs])
+        rule_bps = rule.pop("episode_bps")  # [episodes]: each run's paired noise, not the report's
         print(f"{v.name} ({v.split}): {v.describe()}; ceiling {rule['bps_per_bar']:.3f} bps/bar "
               f"(band {rule['threshold_bps']:g} bps)", file=sys.stderr, flush=True)
         rows.append({**v.to_dict(), "describe": v.describe(), "ceiling": rule, "runs": {}})
         for seed in seeds:  # flag sets side by side, so each pair trains beside the same load; a set's own
             # --train-for or --episodes comes after the budget's and so overrides it (e.g. x2="--train-for 90s")
             jobs += [{"variant": v.name, "flags": name, "seed": seed, "train_csv": str(train_csv),
-                      "test_csv": str(test_csv), "argv": [*v.flags(), *budget_argv, *extra], "pick": args.pick}
+                      "test_csv": str(test_csv), "test_csvs": [str(test_csv), *map(str, extra_csvs)],
+                      "rule_bps": rule_bps, "argv": [*v.flags(), *budget_argv, *extra], "pick": args.pick}
                      for name, extra in flag_sets.items()]
     ceilings_s = time.perf_counter() - start
     done: list[dict[str, Any]] = []
@@ -260,12 +272,13 @@ def main() -> None:
         ref = row["ceiling"]["bps_per_bar"]
         if "failed" not in d and ref > 0:
             run["share"] = run["bps_per_bar"] / ref
+            run["share_se"] = run["diff_se_bps"] / ref  # the share's noise against the ceiling's on these bars
         row["runs"].setdefault(d["flags"], []).append(run)
     report: dict[str, Any] = {
         "bench": "market_family", "family_seed": args.family_seed, "split": args.split,
         "held_out": [r["name"] for r in rows if r["split"] == "held-out"], "variants_per_kind": args.variants,
         "variants_list": [r["name"] for r in rows] if args.variants_list else None,
-        "seeds": seeds, "budget": {"train_for": args.train_for} if args.train_for else {"episodes": args.episodes},
+        "seeds": seeds, "test_files": args.test_files, "test_episodes": args.test_files * CHUNKS, "budget": {"train_for": args.train_for} if args.train_for else {"episodes": args.episodes},
         "flag_sets": flag_sets, "pick": args.pick, "quick": args.quick, "variants": rows,
         "summary": summarise(rows, flag_sets), "paired": paired(rows, flag_sets),
         "ceilings_s": ceilings_s, "wall_s": time.perf_counter() - start}
@@ -273,8 +286,9 @@ def main() -> None:
     how = f"--train-for {args.train_for} (equal wall time)" if args.train_for else f"--episodes {args.episodes}"
     how += "; best.pt scored" if args.pick == "best" else ""
     print(f"\n{len(rows)} variants ({args.split}), seeds {seeds}, {how}; wall time {report['wall_s']:.0f}s "
-          f"(files and ceilings {ceilings_s:.0f}s); share = net log return per bar over the ceiling's, on the "
-          f"test file's episodes")
+          f"(files and ceilings {ceilings_s:.0f}s); share = net log return per bar over the ceiling's, on "
+          f"{args.test_files * CHUNKS} test episodes ({args.test_files} test file(s)); median standard error of a "
+          f"run's share: " + ", ".join(f"{n} {_f(report['summary'][n]['median_share_se'], '.3f')}" for n in flag_sets))
     line = json.dumps(report, default=float)
     print(line)
     if args.json_out:

@@ -153,7 +153,8 @@ def test_a_job_trained_at_a_multiple_of_the_fee_is_scored_at_the_fee(tmp_path, m
 
     seen = []
     score = jobs.score_episodes
-    monkeypatch.setattr(jobs, "score_episodes", lambda agent, env, csv: seen.append(env.fee_bps) or score(agent, env, csv))
+    monkeypatch.setattr(jobs, "score_episodes",
+                        lambda agent, env, *rest: seen.append(env.fee_bps) or score(agent, env, *rest))
     train, test = write_variant(draw_variant("regime", 0), tmp_path)
     job = {"argv": [*TINY, "--fee-bps", "5", "--train-fee-mult", "3", "--episodes", "4"], "seed": 1,
            "train_csv": str(train), "test_csv": str(test)}
@@ -162,3 +163,57 @@ def test_a_job_trained_at_a_multiple_of_the_fee_is_scored_at_the_fee(tmp_path, m
     monkeypatch.setattr(jobs, "_parse", lambda argv: parsed.append(parse(argv)) or parsed[-1])
     out = jobs.train_family(job)
     assert parsed[0].env.fee_bps == 15.0 and seen == [5.0] and math.isfinite(out["bps_per_bar"])
+
+
+def test_extra_test_files_are_fresh_paths_of_the_same_law_and_leave_the_first_two_files_as_they_were(tmp_path):
+    from bench.family_draw import write_extra_tests
+    v = draw_variant("signal", 2)
+    for sub in ("one", "two", "three"):
+        (tmp_path / sub).mkdir()
+    train, test = write_variant(v, tmp_path / "one")
+    again = write_variant(v, tmp_path / "two")
+    extra = write_extra_tests(v, tmp_path / "two", 2)
+    assert [p.read_bytes() for p in (train, test)] == [p.read_bytes() for p in again]
+    frames = [pd.read_csv(p) for p in (test, *extra)]
+    assert [len(f) for f in frames] == [TEST_BARS] * 3 and list(frames[1].columns) == list(frames[0].columns)
+    assert not frames[1]["signal"].equals(frames[2]["signal"]) and not frames[1]["signal"].equals(frames[0]["signal"])
+    assert write_extra_tests(v, tmp_path / "three", 1)[0].read_bytes() == extra[0].read_bytes()  # from its seed alone
+
+
+@pytest.fixture(scope="module")
+def two_test_files(tmp_path_factory):
+    """regime-00's files with one extra test file, and its ceiling over both test files."""
+    from bench.family_ceiling import ceiling
+    from bench.family_draw import write_extra_tests
+    from envs.data import load_ohlcv
+    tmp = tmp_path_factory.mktemp("two_test_files")
+    v = draw_variant("regime", 0)
+    train, test = write_variant(v, tmp)
+    extra = write_extra_tests(v, tmp, 1)[0]
+    return v, train, test, extra, ceiling(v, load_ohlcv(train), load_ohlcv(test), [load_ohlcv(extra)])
+
+
+def test_the_ceiling_over_several_test_files_is_the_mean_of_their_episodes(two_test_files):
+    import numpy as np
+    from bench.family_ceiling import model_expected, rule_env, score_bands
+    from envs.data import load_ohlcv
+    v, _, test, extra, rule = two_test_files
+    assert len(rule["episode_bps"]) == 2 * CHUNKS
+    assert math.isclose(rule["bps_per_bar"], float(np.mean(rule["episode_bps"])))
+    for part, path in zip((rule["episode_bps"][:CHUNKS], rule["episode_bps"][CHUNKS:]), (test, extra)):
+        data = load_ohlcv(path)  # each file's episodes, in order, at the band tuned on the training file
+        alone = score_bands(rule_env(v), data, model_expected(v, data), [rule["threshold_bps"]], chunk_bounds())
+        np.testing.assert_array_equal(part, alone["episodes"][0])
+
+
+def test_a_job_scored_on_several_files_reports_its_noise_against_the_ceiling(two_test_files):
+    """A tiny run scored on two test files beside the ceiling's per-episode scores (no learning judged)."""
+    from bench.family_jobs import train_family
+    from tests.conftest import TINY
+    v, train, test, extra, rule = two_test_files
+    job = {"argv": [*TINY, *v.flags(), "--episodes", "4"], "seed": 1, "train_csv": str(train),
+           "test_csv": str(test), "test_csvs": [str(test), str(extra)], "rule_bps": rule["episode_bps"]}
+    out = train_family(job)
+    assert out["episodes_scored"] == 2 * CHUNKS and out["diff_se_bps"] > 0 and math.isfinite(out["bps_per_bar"])
+    alone = train_family({k: x for k, x in job.items() if k not in ("test_csvs", "rule_bps")})
+    assert alone["episodes_scored"] == CHUNKS and "diff_se_bps" not in alone
