@@ -171,7 +171,9 @@ def test_a_sharded_update_is_the_one_process_update(sharded, name):
             torch.testing.assert_close(value, reference["optimizer"]["state"][index][key], rtol=1e-5, atol=1e-9)
     assert ours["epochs_run"] == theirs["epochs_run"] == reference["epochs_run"]
     assert ours["stats"] == theirs["stats"]
-    assert ours["stats"] == pytest.approx(reference["stats"], rel=1e-4, abs=1e-9)
+    # the statistics are means over the batch whose terms cancel (a policy loss near -1e-4), so a sum
+    # in another order moves them by an absolute amount (1.5e-8 on an Intel AVX-512 CPU), not a relative one
+    assert ours["stats"] == pytest.approx(reference["stats"], rel=1e-4, abs=1e-7)
     if target_kl is not None:
         assert 1 <= reference["epochs_run"] < config.epochs  # the KL stop was taken, at the same epoch
 
