@@ -52,8 +52,10 @@ def test_postgresql_two_processes(tmp_path: Path, postgres: Postgres) -> None:
 def test_a_killed_process_leaves_a_trial_that_runs_again(tmp_path: Path) -> None:
     space = write_space(tmp_path / "space.yaml", SPACE)
     url = f"journal:{tmp_path / 'journal.log'}"
-    # beats 1 s apart: the rerun below starts before the killed trial goes stale (6 beats), and must wait for it
-    args = ["--out", "study", "--storage", url, "--space", space, "--trials", "1", "--heartbeat", "1"]
+    # beats 1 s apart: the rerun below starts before the killed trial goes stale (6 beats), and must wait for it;
+    # 200 episodes, not the fixtures' 8: a trial of 8 can end before the kill lands on a fast CPU
+    args = ["--out", "study", "--storage", url, "--space", space, "--trials", "1", "--heartbeat", "1",
+            "--episodes", "200"]
     run = start_tune(tmp_path, *args)
     wait_until(lambda: (tmp_path / "study" / "trial-0000" / "metrics.csv").exists(), 120, "the first trial's run")
     os.kill(run.pid, signal.SIGKILL)
