@@ -5,7 +5,6 @@ it was run on, and what evaluate-ppo-lstm printed for it); a file newer than thi
 refused in one line."""
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 import torch
 
 from conftest import cli_in_process
-from cpu_key import cpu_key
+from fixture_hashes import cpu_key, model_sha256
 from ppo_lstm.config.migrate import (CHECKPOINT_CHAIN, CHECKPOINT_FORMAT, SETTINGS_CHAIN, SETTINGS_FORMAT,
                                      migrate_checkpoint, migrate_settings)
 from ppo_lstm.config.schema import TrainConfig
@@ -23,14 +22,6 @@ from ppo_lstm.evaluation.cli import main as evaluate_main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "saved_runs"
 NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "expected.json").is_file())
-
-
-def _model_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    for key, value in sorted(torch.load(path, weights_only=True)["model"].items()):
-        digest.update(key.encode())
-        digest.update(value.detach().contiguous().numpy().tobytes())
-    return digest.hexdigest()
 
 
 def _expected_sha256(expected: dict, name: str) -> str:
@@ -67,7 +58,7 @@ def test_a_checkpoint_of_an_earlier_format_resumes_bitwise_as_its_version_traine
                             "--episodes", str(expected["resumed_to_episodes"]), "--no-progress")
     assert result.returncode == 0, result.stderr
     assert "Settings: as in the checkpoint" in result.stdout
-    assert _model_sha256(dump / "rank0_final.pt") == _expected_sha256(expected, name)
+    assert model_sha256(dump / "rank0_final.pt") == _expected_sha256(expected, name)
 
 
 @pytest.mark.parametrize("name", NAMES)
