@@ -65,11 +65,17 @@ def score_episodes(agent: Any, env: Any, test_csv: str | list[str],
                 read.append(np.asarray(data.features[start:start + result.bars, 0], np.float64))
     out = {"bps_per_bar": float(np.mean(scores)), "turnover": float(np.mean(turnovers)), "episodes_scored": len(scores)}
     if rule_bps is not None:
-        diff = np.asarray(scores) - np.asarray(rule_bps, np.float64)
-        out["diff_se_bps"] = float(diff.std(ddof=1) / np.sqrt(len(diff)))
+        out["diff_se_bps"] = paired_se(np.asarray(scores), np.asarray(rule_bps, np.float64))
     if held:
         out.update(position_vs_column(np.concatenate(held), np.concatenate(read)))
     return out
+
+
+def paired_se(a: np.ndarray, b: np.ndarray) -> float:
+    """The standard error of the mean of ``a - b`` ([n] each, paired by position): its sample sd
+    (n - 1) over sqrt(n)."""
+    diff = a - b
+    return float(diff.std(ddof=1) / np.sqrt(len(diff)))
 
 
 def position_vs_column(position: np.ndarray, column: np.ndarray) -> dict[str, float]:

@@ -217,3 +217,13 @@ def test_a_job_scored_on_several_files_reports_its_noise_against_the_ceiling(two
     assert out["episodes_scored"] == 2 * CHUNKS and out["diff_se_bps"] > 0 and math.isfinite(out["bps_per_bar"])
     alone = train_family({k: x for k, x in job.items() if k not in ("test_csvs", "rule_bps")})
     assert alone["episodes_scored"] == CHUNKS and "diff_se_bps" not in alone
+
+
+def test_the_paired_standard_error_is_scipys_standard_error_of_the_differences():
+    import numpy as np
+    from scipy.stats import sem
+    from bench.family_jobs import paired_se
+    rng = np.random.default_rng(5)
+    a, b = rng.normal(1.0, 2.0, 300), rng.normal(0.5, 1.0, 300)
+    assert math.isclose(paired_se(a, b), float(sem(a - b)), rel_tol=1e-12)
+    assert math.isclose(paired_se(a, a + 1.0), 0.0, abs_tol=1e-12)  # a constant difference has no noise
